@@ -1,4 +1,4 @@
-"""Stage `train`: train the encoder with `method` (simcse, sscl, iscse, dclr or a '+' join).
+"""Stage `train`: train the encoder with `method` (simcse, sscl, iscse, dclr, paser or a '+' join).
 
 Writes the best checkpoint (by the dev selection metric) to `--out` with `save_pretrained`, its
 tokenizer and pooler config; `metrics/train.json`; the loss and dev curves as DVC plots. Runs
@@ -16,7 +16,7 @@ import numpy as np
 
 from sentemb.cli import run_stage
 from sentemb.config import ConfigError, load_params, section
-from sentemb.data.readers import read_corpus
+from sentemb.data.readers import training_corpus
 from sentemb.encoder import Encoder, ModelConfig
 from sentemb.evaluation.sts import STSEvaluator
 from sentemb.io import write_json
@@ -52,11 +52,11 @@ def main() -> None:
     config = section(params, "train", TrainConfig)
     names = spec.split("+")
     run_params = {k: params.get(k) for k in ("method", "seed", "model", "train", "simcse", *names)}
-    sentences = list(read_corpus(args.data / "corpus" / "train.txt"))
+    sentences = list(training_corpus(args.data, config.corpus))
     encoder = Encoder.from_pretrained(
         model_config.name_or_path, config.pooler, None, model_config.trust_remote_code
     )
-    method = CombinedMethod(spec, params, encoder)
+    method = CombinedMethod(spec, params, encoder, seed)
     dev = STSEvaluator(args.data, model_config.batch_size, split="dev")
 
     def dev_score(model: Encoder) -> float:

@@ -152,3 +152,41 @@ def test_train_unknown_method_fails_cleanly(downloaded: Path, mirror: Path, stag
     assert result.returncode == 1
     assert "error: method: 'simcse+dlcr'" in result.stderr
     assert not (work / "model").exists() and not (work / "train.json").exists()
+
+
+def test_phrases_then_paser_training(
+    downloaded: Path, tiny_model_dir: Path, mirror: Path, stage_env
+) -> None:
+    work = downloaded / "paser"
+    work.mkdir()
+    phrases = work / "phrases"
+    params = write_params(
+        work,
+        mirror,
+        model={"name_or_path": str(tiny_model_dir)},
+        train={"batch_size": 16, "max_steps": 2, "eval_steps": 2, "checkpoint_steps": 2},
+        phrases={"workers": 2, "chunk_size": 100},
+        paser={"phrases": str(phrases / "rake.jsonl"), "decoder_layers": 1},
+    )
+    metrics = work / "phrases.json"
+    args = ["--params", str(params), "--out", str(phrases), "--metrics", str(metrics)]
+    result = run_stage("phrases.py", args, downloaded, stage_env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(metrics.read_text())["sentences"] == 500
+    for name in ("rake.jsonl", "keywords.jsonl"):
+        assert len((phrases / name).read_text().splitlines()) == 500
+    params.write_text(params.read_text().replace("method: simcse", "method: paser"))
+    result = run_stage("train.py", train_args(params, work), downloaded, stage_env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (work / "model/paser_decoder/model.safetensors").is_file()
+
+
+def test_phrases_bad_param_leaves_no_output(downloaded: Path, mirror: Path, stage_env) -> None:
+    work = downloaded / "bad-phrases"
+    work.mkdir()
+    params = write_params(work, mirror, phrases={"top_k": 0})
+    args = ["--params", str(params), "--out", str(work / "out"), "--metrics", str(work / "m.json")]
+    result = run_stage("phrases.py", args, downloaded, stage_env)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == "error: phrases.top_k: must be >= 1, got 0"
+    assert not (work / "out").exists() and not (work / "m.json").exists()

@@ -149,3 +149,11 @@ def test_chinese_wrong_column_count(tmp_path: Path) -> None:
     _write(tmp_path, "senteval_cn/BQ/BQ.test.data", "一\t二\t1\n三\t四\n")
     with pytest.raises(readers.DataFormatError, match=r"BQ\.test\.data:2: expected 3"):
         readers.read_chinese(tmp_path, "BQ", "test")
+
+
+def test_sts_training_corpus_is_every_sts_sentence_once(mirror: Path) -> None:
+    sentences = list(readers.training_corpus(mirror, "sts"))
+    assert len(sentences) == len(set(sentences)) == 29469
+    sick = readers.read_sick(mirror, "test_annotated")
+    stsb = readers.read_stsb(mirror, "train")
+    assert {*sick.first, *stsb.second} <= set(sentences)

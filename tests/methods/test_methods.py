@@ -21,13 +21,14 @@ SIMCSE = (math.log(E + 2) - 1 + math.log(1 + E + 1 / E) - 1 + math.log(2 + 1 / E
 
 
 def views(intermediate: torch.Tensor | None = None) -> Views:
-    dummy = EncoderOutput(ANCHORS, (ANCHORS,), torch.ones(3, 1))
+    """Views whose dropout pair is (ANCHORS, POSITIVES), through an identity head."""
+    both = torch.cat([ANCHORS, POSITIVES])
     return Views(
-        dummy,
-        dummy,
-        ANCHORS.clone(),
-        POSITIVES.clone(),
+        ["a", "b", "c"],
         {},
+        lambda texts: {},
+        lambda batch: EncoderOutput(both, (both,), torch.ones(6, 1)),
+        lambda x: x,
         lambda view, layer: intermediate if intermediate is not None else ANCHORS,
     )
 

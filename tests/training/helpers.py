@@ -8,10 +8,19 @@ import torch
 
 from sentemb.encoder import Encoder
 from sentemb.methods import CombinedMethod
+from sentemb.phrases import PhrasesConfig, extract
 from sentemb.training.loop import TrainConfig, Trainer
 
 SENTENCES = [f"sentence number {i} talks about topic {i % 7} and item {i % 5}" for i in range(64)]
 PARAMS = {"iscse": {"buffer_size": 16, "k": 2, "clusters": 2}}
+
+
+def paser_params(folder: Path) -> dict:
+    """A small PaSeR (1 decoder layer) reading the RAKE phrases of SENTENCES from `folder`."""
+    path = folder / "rake.jsonl"
+    if not path.is_file():
+        extract(lambda: iter(SENTENCES), len(SENTENCES), PhrasesConfig(workers=1), folder)
+    return {"phrases": str(path), "decoder_layers": 1, "max_target_length": 8}
 
 
 def probe(encoder: Encoder) -> float:
@@ -34,7 +43,10 @@ def make_trainer(
         for module in encoder.modules():
             if isinstance(module, torch.nn.Dropout):
                 module.p = 0.0
-    method = CombinedMethod(spec, PARAMS, encoder)
+    params = dict(PARAMS)
+    if "paser" in spec:
+        params["paser"] = paser_params(checkpoints.parent / "phrases")
+    method = CombinedMethod(spec, params, encoder, seed)
     defaults = {"batch_size": 8, "max_steps": 6, "eval_steps": 3, "checkpoint_steps": 2}
     train_config = TrainConfig(**{**defaults, "log_steps": 1, **config})
     return Trainer(

@@ -23,7 +23,9 @@ def curves(result) -> tuple[list, list, float, int]:
     return result.loss_curve, result.dev_curve, result.best_score, result.best_step
 
 
-@pytest.mark.parametrize("spec", ["simcse", "sscl", "iscse", "dclr", "iscse+dclr"])
+@pytest.mark.parametrize(
+    "spec", ["simcse", "sscl", "iscse", "dclr", "iscse+dclr", "paser", "simcse+paser"]
+)
 def test_same_seed_same_run(tiny_model_dir: Path, tmp_path: Path, spec: str) -> None:
     first = make_trainer(tiny_model_dir, spec, tmp_path / "a").train(tmp_path / "out-a")
     second = make_trainer(tiny_model_dir, spec, tmp_path / "b").train(tmp_path / "out-b")

@@ -343,3 +343,24 @@ def read_askubuntu(root: Path, split: str = "test") -> RerankingSet:
         used.update((query, *candidates))
     data.titles = {qid: titles[qid] for qid in sorted(used)}
     return data
+
+
+# --- Training corpora ---
+
+
+def sts_sentences(root: Path) -> list[str]:
+    """Every sentence of the seven STS sets (all splits, no labels), first occurrence first.
+
+    The unsupervised training corpus of ConSERT (Yan et al., 2021) and PaSeR (§4.2).
+    """
+    sets = [s for year in STS_SUBSETS for s in read_sts_year(root, year).values()]
+    sets += [read_stsb(root, split) for split in ("train", "dev", "test")]
+    sets += [read_sick(root, split) for split in ("train", "trial", "test_annotated")]
+    return list(dict.fromkeys(s for pairs in sets for s in (*pairs.first, *pairs.second)))
+
+
+def training_corpus(root: Path, name: str) -> Iterator[str]:
+    """The training sentences: `wiki` (SimCSE's Wikipedia corpus) or `sts` (see above)."""
+    if name == "sts":
+        return iter(sts_sentences(root))
+    return read_corpus(root / "corpus" / "train.txt")

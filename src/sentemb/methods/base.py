@@ -9,8 +9,12 @@ builds both parts and sums what they add; nothing is copied between methods.
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -33,19 +37,53 @@ class SimCSEConfig:
 
 @dataclass
 class Views:
-    """The two dropout views of a batch, as a method sees them.
+    """The batch as a method sees it; the two dropout views are encoded on first use.
 
-    `first`/`second` are the encoder outputs of this process; `anchors`/`positives` are the
-    pooled and projected vectors of the global batch (gathered across processes with gradient).
-    `project` pools and projects any hidden layer of a view the way the last one was.
+    `first`/`second` are the encoder outputs of this process (one forward pass over the batch
+    fed twice, one dropout mask per row); `anchors`/`positives` are their pooled vectors after the
+    training head, gathered across processes with gradient (the global batch). `project` pools and
+    projects any hidden layer of a view the way the last one was. `tokenize` and `encode` let a
+    method encode texts of its own (PaSeR's masked copies) in the same way and precision.
     """
 
-    first: EncoderOutput
-    second: EncoderOutput
-    anchors: Tensor
-    positives: Tensor
+    sentences: list[str]
     batch: dict[str, Tensor]
+    tokenize: Callable[[list[str]], dict[str, Tensor]]
+    encode: Callable[[dict[str, Tensor]], EncoderOutput]
+    head: Callable[[Tensor], Tensor]
     project: Callable[[EncoderOutput, int], Tensor]
+
+    @cached_property
+    def pair(self) -> tuple[EncoderOutput, EncoderOutput]:
+        doubled = {k: torch.cat([v, v]) for k, v in self.batch.items() if k != "token_type_ids"}
+        return split_views(self.encode(doubled))
+
+    @property
+    def first(self) -> EncoderOutput:
+        return self.pair[0]
+
+    @property
+    def second(self) -> EncoderOutput:
+        return self.pair[1]
+
+    @cached_property
+    def anchors(self) -> Tensor:
+        return gather_with_grad(self.head(self.first.pooled))
+
+    @cached_property
+    def positives(self) -> Tensor:
+        return gather_with_grad(self.head(self.second.pooled))
+
+
+def split_views(output: EncoderOutput) -> tuple[EncoderOutput, EncoderOutput]:
+    """The two halves of a forward pass over a batch fed twice."""
+    half = output.pooled.shape[0] // 2
+
+    def take(part: slice) -> EncoderOutput:
+        hidden = tuple(h[part] for h in output.hidden_states)
+        return EncoderOutput(output.pooled[part], hidden, output.attention_mask[part])
+
+    return take(slice(0, half)), take(slice(half, None))
 
 
 @dataclass
@@ -61,14 +99,21 @@ class TrainState:
 class Objective:
     """What the parts add to: extra negatives, in-batch negative weights, extra loss terms."""
 
-    anchors: Tensor
-    positives: Tensor
+    views: Views
     temperature: float
     extra_negatives: list[Tensor] = field(default_factory=list)
     extra_weights: list[Tensor | None] = field(default_factory=list)
     negative_weights: Tensor | None = None
     terms: dict[str, Tensor] = field(default_factory=dict)
     logs: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def anchors(self) -> Tensor:
+        return self.views.anchors
+
+    @property
+    def positives(self) -> Tensor:
+        return self.views.positives
 
     def add_negatives(self, negatives: Tensor, weights: Tensor | None = None) -> None:
         self.extra_negatives.append(negatives)
@@ -95,10 +140,13 @@ class Method(nn.Module):
     """A part of the objective. Subclasses set `name` and implement `contribute`.
 
     Buffers, frozen teachers and decoders are submodules or buffers, so the loop optimises and
-    checkpoints them with no change.
+    checkpoints them with no change. A `contrastive` part needs SimCSE's InfoNCE; an objective
+    made only of non-contrastive parts (PaSeR) is the sum of their terms and never encodes the
+    dropout views.
     """
 
     name: ClassVar[str]
+    contrastive: ClassVar[bool] = True
 
     def __init__(self, config: Any, encoder: Encoder) -> None:
         super().__init__()
@@ -113,6 +161,9 @@ class Method(nn.Module):
 
     def after_step(self, views: Views) -> None:
         """Update state after the optimiser step (e.g. IS-CSE's FIFO buffer)."""
+
+    def save(self, folder: Path) -> None:
+        """Write what inspection needs beside the saved model (e.g. PaSeR's decoder)."""
 
 
 METHODS: dict[str, tuple[type[Method], type]] = {}
@@ -140,7 +191,8 @@ class MethodOutput:
 class CombinedMethod(nn.Module):
     """SimCSE's InfoNCE plus every part named in `method` (`iscse+dclr`, `sscl+dclr`, ...)."""
 
-    def __init__(self, spec: str, params: dict[str, Any], encoder: Encoder) -> None:
+    def __init__(self, spec: str, params: dict[str, Any], encoder: Encoder, seed: int = 0) -> None:
+        """Build the parts; their random initialisation (PaSeR's decoder) is drawn from `seed`."""
         super().__init__()
         names = [n.strip() for n in spec.split("+")]
         unknown = [n for n in names if n not in METHODS]
@@ -151,28 +203,36 @@ class CombinedMethod(nn.Module):
             )
         self.spec = spec
         self.base = section(params, "simcse", SimCSEConfig)
-        self.parts = nn.ModuleDict(
-            {n: METHODS[n][0](section(params, n, METHODS[n][1]), encoder) for n in names}
-        )
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.parts = nn.ModuleDict(
+                {n: METHODS[n][0](section(params, n, METHODS[n][1]), encoder) for n in names}
+            )
+
+    @property
+    def contrastive(self) -> bool:
+        return any(part.contrastive for part in self.parts.values())
 
     def forward(self, views: Views, state: TrainState) -> MethodOutput:
-        objective = Objective(views.anchors, views.positives, self.base.temperature)
+        objective = Objective(views, self.base.temperature)
         for part in self.parts.values():
             part.contribute(objective, views, state)
-        loss = objective.contrastive_loss()
-        for part in self.parts.values():
-            loss = part.finish(objective, loss)
-        logs = {"contrastive_loss": loss.item(), **objective.logs}
+        losses, logs = [], dict(objective.logs)
+        if self.contrastive:
+            loss = objective.contrastive_loss()
+            for part in self.parts.values():
+                loss = part.finish(objective, loss)
+            losses.append(loss)
+            logs["contrastive_loss"] = loss.item()
         for name, term in objective.terms.items():
-            loss = loss + term
+            losses.append(term)
             logs[name] = term.item()
-        return MethodOutput(loss, logs)
+        return MethodOutput(functools.reduce(operator.add, losses), logs)
 
     def after_step(self, views: Views) -> None:
         for part in self.parts.values():
             part.after_step(views)
 
-
-def gather_views(first: Tensor, second: Tensor) -> tuple[Tensor, Tensor]:
-    """Anchors and positives of the global batch; identity in a single process."""
-    return gather_with_grad(first), gather_with_grad(second)
+    def save(self, folder: Path) -> None:
+        for part in self.parts.values():
+            part.save(folder)

@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 from sentemb.encoder import POOLERS, Encoder, EncoderOutput, pool
 from sentemb.io import atomic_path
 from sentemb.methods import CombinedMethod
-from sentemb.methods.base import TrainState, Views, gather_views
+from sentemb.methods.base import TrainState, Views
 from sentemb.training.checkpoint import (
     load_checkpoint,
     params_hash,
@@ -62,6 +62,7 @@ class TrainConfig:
     log_steps: int = 10
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     device: str = "auto"
+    corpus: Literal["wiki", "sts"] = "wiki"
 
     def validate(self) -> list[str]:
         problems = []
@@ -124,17 +125,6 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
             return None
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
-
-
-def split_views(output: EncoderOutput) -> tuple[EncoderOutput, EncoderOutput]:
-    """The two halves of a forward pass over a batch fed twice (one dropout mask per row)."""
-    half = output.pooled.shape[0] // 2
-
-    def take(part: slice) -> EncoderOutput:
-        hidden = tuple(h[part] for h in output.hidden_states)
-        return EncoderOutput(output.pooled[part], hidden, output.attention_mask[part])
-
-    return take(slice(0, half)), take(slice(half, None))
 
 
 class Trainer:
@@ -210,18 +200,23 @@ class Trainer:
         pooler_layer = getattr(self.encoder.backbone, "pooler", None)
         return self.head(pool(self.config.pooler, hidden, view.attention_mask, pooler_layer))
 
+    def tokenize(self, texts: list[str]) -> dict[str, torch.Tensor]:
+        return dict(self.encoder.tokenize(texts, self.config.max_length).to(self.device))
+
     def loss(self, sentences: list[str], step: int) -> tuple[torch.Tensor, dict[str, float], Views]:
-        """The method's loss for one batch (both views in one forward pass)."""
-        batch = self.encoder.tokenize(sentences, self.config.max_length).to(self.device)
-        doubled = {k: torch.cat([v, v]) for k, v in batch.items() if k != "token_type_ids"}
+        """The method's loss for one batch (both dropout views in one forward pass)."""
+        views = Views(
+            sentences,
+            self.tokenize(sentences),
+            self.tokenize,
+            lambda batch: self.encoder(**batch),
+            self.head,
+            self.project,
+        )
         with torch.autocast(
             self.device.type, self.dtype or torch.float32, enabled=bool(self.dtype)
         ):
-            first, second = split_views(self.encoder(**doubled))
-            anchors, positives = gather_views(self.head(first.pooled), self.head(second.pooled))
-            views = Views(first, second, anchors, positives, dict(batch), self.project)
-            state = TrainState(step, self.total_steps, self.generator)
-            output = self.method(views, state)
+            output = self.method(views, TrainState(step, self.total_steps, self.generator))
         return output.loss.float(), output.logs, views
 
     def compute_gradients(self, step: int) -> tuple[dict[str, float], Views]:
@@ -260,6 +255,7 @@ class Trainer:
         self.encoder.pooler = self.config.eval_pooler
         try:
             self.encoder.save(folder)
+            self.method.save(folder)
         finally:
             self.encoder.pooler = self.config.pooler
 

@@ -1,0 +1,260 @@
+"""Per-sentence phrases (RAKE) and keywords (TF-IDF) of the training corpus.
+
+PaSeR (Wu & Zhao, 2022, §3.1.1) masks a sentence's most important RAKE phrases (Rose et al.,
+2010): words are split at stopwords and punctuation into candidate phrases, a word scores
+deg(w)/freq(w) and a phrase the sum of its words. Each sentence is its own document (the corpus
+is one sentence per line, so no sentence splitter is used). Keywords are TF-IDF: for English the
+IDF is fitted on the corpus in a first streaming pass (scikit-learn's analyzer and its smooth IDF,
+ln((1 + n) / (1 + df)) + 1); for Chinese, jieba's TF-IDF with its own IDF table.
+
+Output: `rake.jsonl` and `keywords.jsonl`, line i for sentence i. A RAKE record is the sentence
+and its phrases, best first, each `[text, score, start, end]` with the character span in the
+sentence; a keyword record is `[[word, score], ...]`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tqdm.auto import tqdm
+
+from sentemb.config import ConfigError
+from sentemb.data.readers import DataFormatError
+from sentemb.io import atomic_path
+from sentemb.tfidf import jieba_words
+
+T = TypeVar("T")
+R = TypeVar("R")
+LATIN = "A-Za-z0-9"
+
+
+@dataclass
+class PhrasesConfig:
+    """Params section `phrases`."""
+
+    language: str = "english"  # NLTK stopword list; "chinese" also segments words with jieba
+    top_k: int = 5  # phrases kept per sentence (PaSeR masks `paser.mask_phrases` of them)
+    min_length: int = 1  # words per phrase
+    max_length: int = 4
+    keywords: int = 5  # TF-IDF keywords kept per sentence
+    workers: int = 0  # processes; 0 = every core
+    chunk_size: int = 1000  # sentences per task
+
+    def validate(self) -> list[str]:
+        problems = [
+            f"{name}: must be >= 1, got {getattr(self, name)}"
+            for name in ("top_k", "min_length", "max_length", "keywords", "chunk_size")
+            if getattr(self, name) < 1
+        ]
+        if self.max_length < self.min_length:
+            problems.append(f"max_length: {self.max_length} is below min_length {self.min_length}")
+        if self.workers < 0:
+            problems.append(f"workers: must be >= 0, got {self.workers}")
+        return problems
+
+    @property
+    def chinese(self) -> bool:
+        return self.language == "chinese"
+
+
+def nltk_stopwords(language: str) -> set[str]:
+    """NLTK's stopword list from `NLTK_DATA` (downloaded when missing and online)."""
+    import nltk
+    from nltk.corpus import stopwords
+
+    try:
+        nltk.data.find("corpora/stopwords")
+    except LookupError:
+        nltk.download("stopwords", quiet=True)
+    try:
+        return set(stopwords.words(language))
+    except (LookupError, OSError) as err:
+        raise ConfigError(
+            f"phrases.language: no NLTK stopword list {language!r}; set NLTK_DATA to a folder "
+            f"with corpora/stopwords/{language} (offline: ../shared/nltk_data)"
+        ) from err
+
+
+def phrase_span(sentence: str, phrase: str, chinese: bool) -> tuple[int, int] | None:
+    """Character span of a RAKE phrase (lower-cased words joined by spaces) in `sentence`.
+
+    Words are matched case-insensitively with any whitespace between them, and, for Latin
+    script, not inside a longer word; None when the phrase does not occur as such.
+    """
+    words = [re.escape(w) for w in phrase.split()]
+    body = r"\s*".join(words) if chinese else r"\s+".join(words)
+    pattern = rf"(?<![{LATIN}]){body}(?![{LATIN}])"
+    match = re.search(pattern, sentence, flags=re.IGNORECASE)
+    return (match.start(), match.end()) if match else None
+
+
+class Extractor:
+    """RAKE phrases and TF-IDF keywords of single sentences (one per worker process)."""
+
+    def __init__(self, config: PhrasesConfig, idf: dict[str, float] | None) -> None:
+        from rake_nltk import Rake
+
+        self.config, self.idf = config, idf
+        self.stopwords = nltk_stopwords(config.language)
+        self.rake = Rake(
+            stopwords=self.stopwords,
+            min_length=config.min_length,
+            max_length=config.max_length,
+            include_repeated_phrases=False,
+            sentence_tokenizer=lambda text: [text],
+            word_tokenizer=jieba_words if config.chinese else None,
+        )
+        self.analyzer = None if config.chinese else english_analyzer()
+
+    def phrases(self, sentence: str) -> list[list[Any]]:
+        """The `top_k` RAKE phrases found in the sentence, [text, score, start, end].
+
+        Best first; ties go to the phrase that comes first in the sentence (rake-nltk's own
+        order of ties follows a set, which differs between processes).
+        """
+        self.rake.extract_keywords_from_text(sentence)
+        found = []
+        for score, phrase in self.rake.get_ranked_phrases_with_scores():
+            span = phrase_span(sentence, phrase, self.config.chinese)
+            if span is not None:
+                found.append([phrase, round(float(score), 4), *span])
+        found.sort(key=lambda p: (-p[1], p[2]))
+        return found[: self.config.top_k]
+
+    def keywords(self, sentence: str) -> list[list[Any]]:
+        """The `keywords` words of highest TF-IDF in the sentence: [word, score]."""
+        if self.config.chinese:
+            import jieba.analyse
+
+            tags = jieba.analyse.extract_tags(sentence, topK=self.config.keywords, withWeight=True)
+            return [[word, round(float(score), 4)] for word, score in tags]
+        assert self.analyzer is not None and self.idf is not None
+        counts = Counter(w for w in self.analyzer(sentence) if w not in self.stopwords)
+        scored = sorted(
+            ((count * self.idf.get(word, 0.0), word) for word, count in counts.items()),
+            key=lambda pair: (-pair[0], pair[1]),
+        )
+        return [[word, round(score, 4)] for score, word in scored[: self.config.keywords]]
+
+    def records(self, sentences: list[str]) -> tuple[list[str], list[str]]:
+        """One JSON line each for rake.jsonl and keywords.jsonl per sentence."""
+        rake = [json.dumps([s, self.phrases(s)], ensure_ascii=False) for s in sentences]
+        keywords = [json.dumps(self.keywords(s), ensure_ascii=False) for s in sentences]
+        return rake, keywords
+
+
+def english_analyzer() -> Callable[[str], list[str]]:
+    """scikit-learn's word analyzer, as the TF-IDF baseline uses it (lower-cased \\w+ tokens)."""
+    from sklearn.feature_extraction.text import CountVectorizer
+
+    return CountVectorizer(token_pattern=r"(?u)\b\w+\b").build_analyzer()
+
+
+def document_frequencies(sentences: list[str]) -> tuple[int, Counter[str]]:
+    """How many sentences, and in how many of them each word occurs."""
+    analyzer = english_analyzer()
+    return len(sentences), Counter(w for sentence in sentences for w in set(analyzer(sentence)))
+
+
+_EXTRACTOR: Extractor | None = None
+
+
+def _start_worker(config: PhrasesConfig, idf: dict[str, float] | None) -> None:
+    global _EXTRACTOR
+    _EXTRACTOR = Extractor(config, idf)
+
+
+def _extract(sentences: list[str]) -> tuple[list[str], list[str]]:
+    assert _EXTRACTOR is not None
+    return _EXTRACTOR.records(sentences)
+
+
+def ordered_map(
+    pool: ProcessPoolExecutor, fn: Callable[[T], R], items: Iterable[T], inflight: int
+) -> Iterator[R]:
+    """`pool.map` that submits at most `inflight` tasks ahead, so memory stays flat."""
+    pending: list[Future[R]] = []
+    for item in items:
+        pending.append(pool.submit(fn, item))
+        if len(pending) >= inflight:
+            yield pending.pop(0).result()
+    for future in pending:
+        yield future.result()
+
+
+def chunks(sentences: Iterable[str], size: int) -> Iterator[list[str]]:
+    iterator = iter(sentences)
+    while chunk := list(itertools.islice(iterator, size)):
+        yield chunk
+
+
+def extract(
+    corpus: Callable[[], Iterable[str]], total: int, config: PhrasesConfig, out: Path
+) -> dict[str, float]:
+    """Stream `corpus()` through every core and write `out/rake.jsonl`, `out/keywords.jsonl`.
+
+    `corpus` is called once per pass (IDF, then extraction). Returns counts for the metrics.
+    """
+    workers = config.workers or os.cpu_count() or 1
+    inflight = 2 * workers
+    idf = None
+    with ProcessPoolExecutor(workers) as pool:
+        if not config.chinese:
+            df: Counter[str] = Counter()
+            bar = tqdm(total=total, desc="idf", unit="sent")
+            for size, counts in ordered_map(
+                pool, document_frequencies, chunks(corpus(), config.chunk_size), inflight
+            ):
+                df.update(counts)
+                bar.update(size)
+            bar.close()
+            idf = {w: math.log((1 + total) / (1 + n)) + 1 for w, n in df.items()}
+            del df
+    stats = {"sentences": 0, "with_phrases": 0, "phrases": 0}
+    with (
+        ProcessPoolExecutor(workers, initializer=_start_worker, initargs=(config, idf)) as pool,
+        atomic_path(out) as tmp,
+    ):
+        tmp.mkdir()
+        with (
+            (tmp / "rake.jsonl").open("w", encoding="utf-8") as rake_file,
+            (tmp / "keywords.jsonl").open("w", encoding="utf-8") as keyword_file,
+            tqdm(total=total, desc="phrases", unit="sent") as bar,
+        ):
+            for rake, keywords in ordered_map(
+                pool, _extract, chunks(corpus(), config.chunk_size), inflight
+            ):
+                rake_file.writelines(line + "\n" for line in rake)
+                keyword_file.writelines(line + "\n" for line in keywords)
+                counts = [len(json.loads(line)[1]) for line in rake]
+                stats["sentences"] += len(rake)
+                stats["with_phrases"] += sum(1 for c in counts if c)
+                stats["phrases"] += sum(counts)
+                bar.update(len(rake))
+    return stats
+
+
+def read_phrase_spans(path: Path) -> dict[str, list[tuple[int, int]]]:
+    """Sentence -> character spans of its ranked phrases, from a `rake.jsonl`."""
+    spans: dict[str, list[tuple[int, int]]] = {}
+    try:
+        with path.open(encoding="utf-8") as f:
+            for lineno, line in enumerate(f, start=1):
+                try:
+                    sentence, phrases = json.loads(line)
+                    spans[sentence] = [(int(p[2]), int(p[3])) for p in phrases]
+                except (ValueError, TypeError, IndexError) as err:
+                    raise DataFormatError(f"{path}:{lineno}: not a RAKE record: {err}") from err
+    except FileNotFoundError as err:
+        raise DataFormatError(f"{path}: not found; run the phrases stage first") from err
+    return spans

@@ -1,0 +1,60 @@
+"""Ask a PaSeR-trained model's decoder to reconstruct masked phrases (PaSeR Table 7).
+
+    python -m sentemb.reconstruct --model models/trained "Do I need a transit visa for London?"
+
+Prints, per sentence, the original, the masked copy (its top RAKE phrases masked, as in
+training) and the decoder's greedy reconstruction of the masked phrases.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import torch
+
+from sentemb.cli import run_stage
+from sentemb.config import ConfigError
+from sentemb.encoder import Encoder
+from sentemb.methods.paser import DECODER_DIR, decoding_signal, load_decoder, mask_phrases
+from sentemb.phrases import Extractor, PhrasesConfig
+
+
+def reconstruct(model: Path, sentences: list[str], language: str) -> list[dict[str, str]]:
+    """Original, masked and generated text for each sentence."""
+    if not (model / DECODER_DIR).is_dir():
+        raise ConfigError(f"{model}: no {DECODER_DIR}/ (was it trained with method paser?)")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    encoder = Encoder.from_pretrained(str(model), "auto").eval()
+    decoder, k = load_decoder(model)
+    extractor = Extractor(PhrasesConfig(language=language, top_k=k), idf=None)
+    tokenizer, embeddings = encoder.tokenizer, encoder.backbone.get_input_embeddings()
+    rows = []
+    for sentence in sentences:
+        spans = [(p[2], p[3]) for p in extractor.phrases(sentence)]
+        copy = mask_phrases(tokenizer, sentence, spans, k, encoder.max_length - 2)
+        with torch.inference_mode():
+            pooled = encoder(**encoder.tokenize([sentence, copy.text])).pooled
+            signal = decoding_signal(pooled[:1], pooled[1:], decoder.config.m, decoder.config.n)
+        tokens = decoder.generate(signal[0], embeddings, max(1, len(copy.targets)))
+        phrases = tokenizer.decode(tokens).split(tokenizer.decode([decoder.config.eos]))
+        generated = " | ".join(p.strip() for p in phrases if p.strip())
+        rows.append({"original": sentence, "masked": copy.text, "generated": generated})
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--model", default="models/trained", type=Path)
+    parser.add_argument("--language", default="english", help="RAKE stopword language")
+    parser.add_argument("sentences", nargs="+")
+    args = parser.parse_args()
+    for row in reconstruct(args.model, args.sentences, args.language):
+        for key, text in row.items():
+            print(f"{key:>9}: {text}")
+        print()
+
+
+if __name__ == "__main__":
+    run_stage(main)

@@ -1,0 +1,48 @@
+"""Stage `phrases`: RAKE phrases and TF-IDF keywords of every training sentence.
+
+Reads the training corpus chosen by `train.corpus` (`wiki` or `sts`), streams it through every
+core and writes `data/phrases/rake.jsonl` and `data/phrases/keywords.jsonl` (line i = sentence i)
+plus `metrics/phrases.json` (counts; the throughput goes to MLflow and `benchmarks/`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from pathlib import Path
+
+from sentemb.cli import run_stage
+from sentemb.config import load_params, section
+from sentemb.data.readers import training_corpus
+from sentemb.io import write_json
+from sentemb.phrases import PhrasesConfig, extract
+from sentemb.tracking import mlflow_run
+from sentemb.training.loop import TrainConfig
+
+log = logging.getLogger("phrases")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--data", default="data/raw", type=Path)
+    parser.add_argument("--out", default="data/phrases", type=Path)
+    parser.add_argument("--metrics", default="metrics/phrases.json", type=Path)
+    args = parser.parse_args()
+    params = load_params(args.params)
+    config = section(params, "phrases", PhrasesConfig)
+    corpus_name = section(params, "train", TrainConfig).corpus
+    total = sum(1 for _ in training_corpus(args.data, corpus_name))
+    run_params = {"phrases": params.get("phrases", {}), "corpus": corpus_name}
+    with mlflow_run("phrases", run_params) as run:
+        started = time.perf_counter()
+        stats = extract(lambda: training_corpus(args.data, corpus_name), total, config, args.out)
+        seconds = time.perf_counter() - started
+        write_json(args.metrics, {"corpus": corpus_name, **stats})
+        run.log_metrics({**stats, "seconds": seconds, "sentences_per_second": total / seconds})
+    log.info("%d sentences in %.0f s, %d with phrases", total, seconds, stats["with_phrases"])
+
+
+if __name__ == "__main__":
+    run_stage(main)
