@@ -61,9 +61,12 @@ def test_generative_loss_eq3_by_hand() -> None:
         ]
     )
     targets = torch.tensor([[2, 0, pad], [0, pad, pad]])
+    keep = targets != pad
+    rows = torch.tensor([[0, 0, 0], [1, 1, 1]])[keep]
     # sentence 1: -ln(3/5) - ln(2/4); sentence 2: -ln(1/3); eq. 3 sums tokens, batch mean
     expected = (-math.log(0.6) - math.log(0.5) + math.log(3)) / 2
-    assert generative_loss(logits, targets, pad).item() == pytest.approx(expected, rel=1e-6)
+    loss = generative_loss(logits[keep], targets[keep], rows, sentences=2)
+    assert loss.item() == pytest.approx(expected, rel=1e-6)
 
 
 def test_decoder_targets_shift_right_with_end_of_phrase() -> None:

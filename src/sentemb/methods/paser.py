@@ -115,10 +115,14 @@ def decoding_signal(e_s: Tensor, e_masked: Tensor, m: float, n: float) -> Tensor
     )
 
 
-def generative_loss(logits: Tensor, targets: Tensor, pad: int) -> Tensor:
-    """Eq. 3: -sum_i log P(t_i | t_<i, signal) per sentence, averaged over the sentences."""
-    nll = F.cross_entropy(logits.transpose(1, 2), targets, ignore_index=pad, reduction="none")
-    return nll.sum(dim=1).mean()
+def generative_loss(logits: Tensor, targets: Tensor, rows: Tensor, sentences: int) -> Tensor:
+    """Eq. 3: -sum_i log P(t_i | t_<i, signal) per sentence, averaged over the sentences.
+
+    `logits` (N, vocab) and `targets` (N,) are the N target tokens of the batch (no padding);
+    `rows` says which of the `sentences` each token belongs to.
+    """
+    nll = F.cross_entropy(logits, targets, reduction="none")
+    return nll.new_zeros(sentences).index_add(0, rows, nll).mean()
 
 
 @dataclass
@@ -163,7 +167,7 @@ class PhraseDecoder(nn.Module):
         self.bias = nn.Parameter(torch.zeros(config.vocab))
 
     def forward(self, signal: Tensor, inputs: Tensor, embeddings: nn.Embedding) -> Tensor:
-        """Next-token logits for every position of `inputs` (teacher forcing)."""
+        """Hidden states for every position of `inputs` (teacher forcing); see `logits`."""
         length = inputs.shape[1]
         positions = torch.arange(length, device=inputs.device)
         x = self.norm(embeddings(inputs) + self.positions(positions))
@@ -175,6 +179,10 @@ class PhraseDecoder(nn.Module):
             tgt_key_padding_mask=inputs == self.config.pad,
             tgt_is_causal=True,
         )
+        return hidden
+
+    def logits(self, hidden: Tensor, embeddings: nn.Embedding) -> Tensor:
+        """Next-token logits via the tied embeddings; callers pass only the real target tokens."""
         return F.linear(hidden, embeddings.weight, self.bias)
 
     @torch.inference_mode()
@@ -182,8 +190,8 @@ class PhraseDecoder(nn.Module):
         """Greedy decoding of one sentence's `phrases` masked phrases (no teacher forcing)."""
         tokens = [self.config.bos]
         while len(tokens) < self.config.max_positions:
-            logits = self(signal[None], torch.tensor([tokens], device=signal.device), embeddings)
-            tokens.append(int(logits[0, -1].argmax()))
+            hidden = self(signal[None], torch.tensor([tokens], device=signal.device), embeddings)
+            tokens.append(int(self.logits(hidden[0, -1], embeddings).argmax()))
             if tokens.count(self.config.eos) == phrases:
                 break
         return tokens[1:]
@@ -311,13 +319,19 @@ class PaSeR(Method):
                 config.pad,
                 self.config.max_target_length,
             )
-            logits = self.decoder(signal, inputs.to(ids.device), self.embeddings)
-            generative = generative_loss(logits.float(), targets.to(ids.device), config.pad)
+            hidden = self.decoder(signal, inputs.to(ids.device), self.embeddings)
+            targets = targets.to(ids.device)
+            keep = targets != config.pad
+            rows = torch.arange(len(has_phrase), device=ids.device)[:, None].expand_as(targets)
+            logits = self.decoder.logits(hidden[keep], self.embeddings)
+            generative = generative_loss(logits.float(), targets[keep], rows[keep], len(rows))
         objective.terms["paser/generative"] = self.config.generative_weight * generative
         objective.logs["paser/masked_share"] = len(has_phrase) / size
         if self.config.mlm_weight > 0:
-            logits = self.mlm(output.hidden_states[-1][2 * size :], self.embeddings)
-            mlm = F.cross_entropy(logits.float().transpose(1, 2), labels.to(ids.device))
+            labels = labels.to(ids.device)
+            chosen = labels != -100  # only masked positions are scored: no vocab-wide logits
+            logits = self.mlm(output.hidden_states[-1][2 * size :][chosen], self.embeddings)
+            mlm = F.cross_entropy(logits.float(), labels[chosen])
             objective.terms["paser/mlm"] = self.config.mlm_weight * mlm
 
     def save(self, folder: Path) -> None:
