@@ -50,6 +50,13 @@ def measure(size: int, workers: int) -> dict[str, float]:
     }
 
 
+def cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
 def in_fresh_process(size: int, workers: int) -> dict[str, float]:
     command = [sys.executable, __file__, "--one", str(size), str(workers)]
     result = subprocess.run(command, capture_output=True, text=True, check=True)
@@ -70,7 +77,7 @@ def main() -> None:
     single = in_fresh_process(args.sizes[0], 1)
     report = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": f"{platform.processor() or platform.machine()}, {cores} cores",
+        "machine": f"{cpu_name()}, {cores} cores",
         "command": "python benchmarks/phrases.py " + " ".join(sys.argv[1:]),
         "runs": runs,
         "single_worker": single,

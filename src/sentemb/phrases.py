@@ -67,7 +67,7 @@ class PhrasesConfig:
         return self.language == "chinese"
 
 
-def nltk_stopwords(language: str) -> set[str]:
+def nltk_stopwords(language: str, param: str = "phrases.language") -> set[str]:
     """NLTK's stopword list from `NLTK_DATA` (downloaded when missing and online)."""
     import nltk
     from nltk.corpus import stopwords
@@ -80,7 +80,7 @@ def nltk_stopwords(language: str) -> set[str]:
         return set(stopwords.words(language))
     except (LookupError, OSError) as err:
         raise ConfigError(
-            f"phrases.language: no NLTK stopword list {language!r}; set NLTK_DATA to a folder "
+            f"{param}: no NLTK stopword list {language!r}; set NLTK_DATA to a folder "
             f"with corpora/stopwords/{language} (offline: ../shared/nltk_data)"
         ) from err
 
@@ -205,6 +205,7 @@ def extract(
 
     `corpus` is called once per pass (IDF, then extraction). Returns counts for the metrics.
     """
+    nltk_stopwords(config.language)  # a missing list is one clear error here, not in a worker
     workers = config.workers or os.cpu_count() or 1
     inflight = 2 * workers
     idf = None

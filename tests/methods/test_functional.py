@@ -26,11 +26,9 @@ from sentemb.methods.functional import (
     alpha_schedule,
     complementary_weights,
     cosine_matrix,
-    dclr_loss,
     fifo_enqueue,
     gather_with_grad,
     info_nce,
-    iscse_objective,
     kmeans_aggregate,
     knn_aggregate,
     knn_indices,
@@ -39,7 +37,6 @@ from sentemb.methods.functional import (
     non_uniformity_loss,
     smoothing_loss,
     spherical_kmeans,
-    sscl_loss,
     sscl_negatives,
 )
 
@@ -260,7 +257,7 @@ def test_sscl_negatives_shapes() -> None:
 
 def test_sscl_self_variant_hand_value() -> None:
     # each anchor sees only its own intermediate vector: cos 0.6, 1, -1
-    got = sscl_loss(anchors(), positives(), [t(MID)], 1.0, "self")
+    got = info_nce(anchors(), positives(), 1.0, extra_negatives=sscl_negatives([t(MID)], "self"))
     expected = (
         (-1 + log(E + exp(0.6) + 1 + exp(0.6)))  # 0.996298
         + (-0.8 + log(1 + exp(0.8) + exp(0.6) + E))  # 1.249752
@@ -272,7 +269,7 @@ def test_sscl_self_variant_hand_value() -> None:
 def test_progressive_sscl_two_layers_hand_value() -> None:
     # second layer: e4 for everyone (cos 0) adds one e^0 per row
     layers = [t(MID), t([[0, 0, 0, 1.0]] * 3)]
-    got = sscl_loss(anchors(), positives(), layers, 1.0, "self")
+    got = info_nce(anchors(), positives(), 1.0, extra_negatives=sscl_negatives(layers, "self"))
     expected = (
         (-1 + log(E + exp(0.6) + 1 + exp(0.6) + 1))
         + (-0.8 + log(1 + exp(0.8) + exp(0.6) + E + 1))
@@ -281,7 +278,7 @@ def test_progressive_sscl_two_layers_hand_value() -> None:
     assert got.item() == pytest.approx(expected)
 
 
-def test_sscl_batch_variant_hand_value_and_code_average() -> None:
+def test_sscl_batch_variant_hand_value() -> None:
     # cos(a_i, mid_j) with mid normalised to (.6,.8,0,0), e2, -e3:
     #   row 1: [0.6, 0, 0]   row 2: [0.8, 1, 0]   row 3: [0, 0, -1]
     rows = [
@@ -290,16 +287,14 @@ def test_sscl_batch_variant_hand_value_and_code_average() -> None:
         0.8 + log(1 + 1 + exp(-0.8) + 1 + 1 + exp(-1)),  # 0.8 + ln 4.817208 = 2.372195
     ]
     batch = sum(rows) / 3  # 1.735343
-    got = sscl_loss(anchors(), positives(), [t(MID)], 1.0, "batch")
-    assert got.item() == pytest.approx(batch)
-    averaged = sscl_loss(anchors(), positives(), [t(MID)], 1.0, "batch", average_with_simcse=True)
-    assert averaged.item() == pytest.approx((batch + SIMCSE) / 2)  # 1.405473
+    got = info_nce(anchors(), positives(), 1.0, extra_negatives=sscl_negatives([t(MID)], "batch"))
+    assert got.item() == pytest.approx(batch)  # averaged with SIMCSE: tests/methods/test_methods
 
 
 def test_sscl_gradient_reaches_intermediate_layers() -> None:
     mid = t(MID).requires_grad_(True)
     a = anchors().requires_grad_(True)
-    sscl_loss(a, positives(), [mid], 0.05, "batch").backward()
+    info_nce(a, positives(), 0.05, extra_negatives=sscl_negatives([mid], "batch")).backward()
     assert a.grad is not None and a.grad.abs().sum() > 0
     assert mid.grad is not None and mid.grad.abs().sum() > 0
 
@@ -412,14 +407,11 @@ def test_kmeans_is_deterministic_given_generator() -> None:
     assert torch.equal(runs[0].assignments, runs[1].assignments)
 
 
-def test_smoothing_loss_and_objective_hand_value() -> None:
+def test_smoothing_loss_hand_value() -> None:
     # smoothed positives = the anchors' own directions e1, e2, e3: S = I,
     # every row = -1 + ln(e + 1 + 1) = -1 + ln 4.718282 = 0.551445
     smooth = smoothing_loss(anchors(), t([[1.0, 0, 0, 0], [0, 1.0, 0, 0], [0, 0, 1.0, 0]]), 1.0)
     assert smooth.item() == pytest.approx(-1 + log(E + 2))
-    instance = info_nce(anchors(), positives(), 1.0)
-    total = iscse_objective(instance, smooth, alpha=0.1)
-    assert total.item() == pytest.approx(SIMCSE + 0.1 * (-1 + log(E + 2)))  # 1.130746
 
 
 def test_smoothing_loss_through_knn_has_gradient() -> None:
@@ -533,24 +525,25 @@ def test_complementary_weights_hand_value() -> None:
     assert complementary_weights(t([[1.0]]), 0.9).zeroed_share.item() == 0.0
 
 
-def test_dclr_loss_hand_value() -> None:
+def dclr_eq6(a, p, noise, comp, phi: float, temperature: float, reduction: str = "mean"):
+    """DCLR eq. 6 as the method composes it: noise as extra negatives, eq. 5 weights."""
+    weights = complementary_weights(comp, phi).weights
+    return info_nce(
+        a, p, temperature, extra_negatives=noise, negative_weights=weights, reduction=reduction
+    )
+
+
+def test_dclr_eq6_hand_value() -> None:
     noise = t([[0, 0, 0, 5.0], [-1.0, 0, 0, 0]])  # cos 0 with all; cos -1 with a1, 0 otherwise
     comp = t([[1.0, 0.95, 0.2], [0.95, 1.0, 0.9], [0.2, 0.89, 1.0]])  # weights as above
-    result = dclr_loss(
-        anchors(), positives(), noise, comp, phi=0.9, temperature=1.0, reduction="none"
-    )
-    assert flat(result.loss) == pytest.approx(
+    rows = dclr_eq6(anchors(), positives(), noise, comp, 0.9, 1.0, reduction="none")
+    assert flat(rows) == pytest.approx(
         [
             -1 + log(E + 1 + 1 + exp(-1)),  # p2 dropped: -1 + ln 5.086161 = 0.626523
             -0.8 + log(exp(0.8) + 1 + 1),  # p1, p3 dropped: -0.8 + ln 4.225541 = 0.641147
             0.8 + log(1 + 1 + exp(-0.8) + 1 + 1),  # nothing dropped: 2.292753
         ]
     )
-    assert result.zeroed_share.item() == pytest.approx(0.5)
-    # ablations: no noise and no weighting = plain SimCSE
-    plain = dclr_loss(anchors(), positives(), None, None, phi=0.9, temperature=1.0)
-    assert plain.loss.item() == pytest.approx(SIMCSE)
-    assert plain.zeroed_share.item() == 0.0
 
 
 def test_dclr_gradients_reach_encoder_outputs_not_noise() -> None:
@@ -560,8 +553,7 @@ def test_dclr_gradients_reach_encoder_outputs_not_noise() -> None:
     raw = noise_negatives(3, 4, generator=gen, dtype=torch.float64).requires_grad_(True)
     moved = non_uniformity_ascent(raw, a, steps=2, step_size=0.1, temperature=0.05)
     comp = cosine_matrix(a.detach(), a.detach())
-    result = dclr_loss(a, p, moved, comp, phi=0.9, temperature=0.05)
-    result.loss.backward()
+    dclr_eq6(a, p, moved, comp, 0.9, 0.05).backward()
     assert a.grad.abs().sum() > 0 and p.grad.abs().sum() > 0
     assert raw.grad is None and moved.grad is None
 
@@ -595,7 +587,7 @@ def test_seeded_dclr_step_is_deterministic() -> None:
         noise = non_uniformity_ascent(
             noise_negatives(4, 8, generator=gen), a, steps=4, step_size=1e-3, temperature=0.05
         )
-        return dclr_loss(a, p, noise, cosine_matrix(a, a), 0.9, 0.05).loss
+        return dclr_eq6(a, p, noise, cosine_matrix(a, a), 0.9, 0.05)
 
     assert torch.equal(run(0), run(0))
     assert not torch.equal(run(0), run(1))

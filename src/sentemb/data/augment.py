@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from sentemb.config import ConfigError
+
 EDA_OPERATIONS = ("synonym", "deletion", "swap")
 
 
@@ -38,9 +40,9 @@ def require_wordnet() -> None:
         nltk.data.find("corpora/wordnet")
     except LookupError:
         if not nltk.download("wordnet", quiet=True):
-            raise LookupError(
-                "NLTK WordNet not found: set NLTK_DATA to a folder with corpora/wordnet "
-                "(offline: ../shared/nltk_data)"
+            raise ConfigError(
+                "paser.augment: synonym replacement needs NLTK's WordNet; set NLTK_DATA to a "
+                "folder with corpora/wordnet (offline: ../shared/nltk_data)"
             ) from None
 
 

@@ -13,30 +13,30 @@ dropout views, in-batch negatives, τ = 0.05 -> `cosine_matrix`, `info_nce`, `ga
 
 SSCL (Chen et al., 2023, "Alleviating Over-smoothing for Unsupervised Sentence Representation"):
 eq. 3 (traditional contrastive loss) -> `info_nce`; eq. 4 (``L_hne``: intermediate-layer
-negatives ``h_i^-``) and §5.2 "Progressive SSCL" (stack the last k layers) -> `sscl_negatives`,
-`sscl_loss`.
+negatives ``h_i^-``) and §5.2 "Progressive SSCL" (stack the last k layers) -> `sscl_negatives`
+passed to `info_nce` as extra negatives.
 
 IS-CSE (He et al., 2023, "Instance Smoothed Contrastive Learning for Unsupervised Sentence
 Embedding"): eq. 1 (``L_instance``) -> `info_nce`; eq. 2 -> `cosine_matrix`; eq. 3 (FIFO buffer of
 normalised stop-gradient positives) -> `fifo_enqueue`; eq. 4 (kNN + self-attention aggregation)
 -> `knn_indices`, `knn_aggregate`; eq. 5 (K-means centre mixing) -> `spherical_kmeans`,
 `kmeans_aggregate`; eq. 6 (``L_smoothing``) -> `smoothing_loss`; eq. 7
-(``L = L_instance + α L_smoothing``) -> `iscse_objective`; eq. 8 (cosine α schedule) ->
-`alpha_schedule`.
+(``L = L_instance + α L_smoothing``) -> the method adds α `smoothing_loss` as a term; eq. 8
+(cosine α schedule) -> `alpha_schedule`.
 
 DCLR (Zhou et al., 2022, "Debiased Contrastive Learning of Unsupervised Sentence
 Representations"): eq. 1 (Gaussian noise negatives, k = ratio × batch size, §5.1/§6.5) ->
 `noise_negatives`; eq. 2 (non-uniformity loss ``L_U``) -> `non_uniformity_loss`; eq. 3-4
 (normalised gradient ascent on ``L_U``) -> `non_uniformity_ascent`; eq. 5 (0/1 instance weights
 from the complementary model) -> `complementary_weights`; eq. 6 (weighted contrastive loss) ->
-`dclr_loss`. (The brief that asked for this module numbered the noise as eq. 2; in the paper the
-noise is eq. 1 and ``L_U`` eq. 2.)
+`info_nce` with the noise as extra negatives and those weights. (The brief that asked for this
+module numbered the noise as eq. 2; in the paper the noise is eq. 1 and ``L_U`` eq. 2.)
 
 Composition. Every objective is one call of `info_nce` (plus IS-CSE's second call), so the
 combinations add their parts to ONE denominator: ``sscl+dclr`` is
 ``info_nce(h, h_pos, τ, extra_negatives=[noise, sscl_negatives(...)],
 negative_weights=complementary_weights(...).weights)``, and ``iscse+dclr`` is
-``dclr_loss(...).loss + α · smoothing_loss(h, knn_aggregate(...), τ)`` (IS-CSE Table 1, "+DCLR":
+DCLR's ``info_nce(...) + α · smoothing_loss(h, knn_aggregate(...), τ)`` (IS-CSE Table 1, "+DCLR":
 "We add our L_smoothing to the DCLR").
 
 Ambiguities resolved (and how)
@@ -53,7 +53,7 @@ Ambiguities resolved (and how)
    pairs to 2N pairs" (App. B.2) and the authors' released code (`construct_negtives`): the pooled
    intermediate-layer vectors of every sentence, both dropout views, of each of the last k layers,
    are shared negatives, and that loss is averaged with the plain SimCSE loss
-   (``loss = (loss + r_loss) / 2``; `sscl_loss(..., average_with_simcse=True)`). The anchor is the
+   (``loss = (loss + r_loss) / 2``; the `sscl.average_with_simcse` param). The anchor is the
    last-layer ``h_i`` ("we treat the last layer representation as the final sentence
    representation"), the temperature is the same τ = 0.05 ("τ is set to 0.05"), the layers are the
    M-th (best: 11 of 12) or, progressively, the last k stacked ("stacking 2 layers represents
@@ -107,16 +107,13 @@ from torch import Tensor
 
 __all__ = [
     "ComplementaryWeights",
-    "DCLRLoss",
     "KMeansResult",
     "alpha_schedule",
     "complementary_weights",
     "cosine_matrix",
-    "dclr_loss",
     "fifo_enqueue",
     "gather_with_grad",
     "info_nce",
-    "iscse_objective",
     "kmeans_aggregate",
     "knn_aggregate",
     "knn_indices",
@@ -125,7 +122,6 @@ __all__ = [
     "non_uniformity_loss",
     "smoothing_loss",
     "spherical_kmeans",
-    "sscl_loss",
     "sscl_negatives",
 ]
 
@@ -351,27 +347,6 @@ def sscl_negatives(intermediate: Sequence[Tensor], variant: SSCLVariant) -> Tens
     raise ValueError(f"variant must be 'self' or 'batch', got {variant!r}")
 
 
-def sscl_loss(
-    anchors: Tensor,
-    positives: Tensor,
-    intermediate: Sequence[Tensor],
-    temperature: float,
-    variant: SSCLVariant = "batch",
-    *,
-    average_with_simcse: bool = False,
-) -> Tensor:
-    """SSCL objective ``L_hne`` (eq. 4): SimCSE InfoNCE plus intermediate-layer negatives.
-
-    ``average_with_simcse=True`` returns ``(L_hne + L_SimCSE) / 2``, the released code's
-    ``loss = (loss + r_loss) / 2`` (used there with the "batch" variant).
-    """
-    negatives = sscl_negatives(intermediate, variant)
-    loss = info_nce(anchors, positives, temperature, extra_negatives=negatives)
-    if average_with_simcse:
-        loss = 0.5 * (loss + info_nce(anchors, positives, temperature))
-    return loss
-
-
 # --------------------------------------------------------------------------------------------
 # IS-CSE: memory buffer, kNN / K-means smoothing, smoothing loss, α schedule
 # --------------------------------------------------------------------------------------------
@@ -522,11 +497,6 @@ def smoothing_loss(anchors: Tensor, smoothed_positives: Tensor, temperature: flo
     ``h^+`` and the in-batch negatives only.
     """
     return info_nce(anchors, smoothed_positives, temperature)
-
-
-def iscse_objective(instance_loss: Tensor, smoothing: Tensor, alpha: float) -> Tensor:
-    """IS-CSE eq. 7: ``L = L_instance + α L_smoothing`` (α from `alpha_schedule`)."""
-    return instance_loss + alpha * smoothing
 
 
 def alpha_schedule(
@@ -680,46 +650,3 @@ def complementary_weights(comp_sims: Tensor, phi: float) -> ComplementaryWeights
     pairs = batch * (batch - 1)
     share = dropped.sum().to(weights.dtype) / pairs if pairs else weights.new_zeros(())
     return ComplementaryWeights(weights, share)
-
-
-class DCLRLoss(NamedTuple):
-    """DCLR eq. 6 loss and the share of in-batch negatives zeroed by eq. 5."""
-
-    loss: Tensor
-    zeroed_share: Tensor
-
-
-def dclr_loss(
-    anchors: Tensor,
-    positives: Tensor,
-    noise: Tensor | None,
-    comp_sims: Tensor | None,
-    phi: float,
-    temperature: float,
-    noise_weights: Tensor | None = None,
-    reduction: Reduction = "mean",
-) -> DCLRLoss:
-    """DCLR eq. 6: ``-log e^{sim(h_i,h_i^+)/τ} / Σ_{h^- ∈ {ĥ} ∪ {h̃^-}} α_{h^-} e^{sim(h_i,h^-)/τ}``.
-
-    `info_nce` with the noise (already moved by `non_uniformity_ascent`) as shared extra
-    negatives and `complementary_weights` on the in-batch negatives; the positive stays in the
-    denominator (module note 1). ``noise=None`` / ``comp_sims=None`` give the paper's "w/o
-    Noise-based Negatives" / "w/o Instance Weighting" ablations (Table 2).
-    """
-    if comp_sims is None:
-        weights = None
-        share = anchors.new_zeros(())
-    else:
-        weights, share = complementary_weights(comp_sims, phi)
-    if noise is None and noise_weights is not None:
-        raise ValueError("noise_weights given without noise")
-    loss = info_nce(
-        anchors,
-        positives,
-        temperature,
-        extra_negatives=noise,
-        negative_weights=weights,
-        extra_weights=noise_weights,
-        reduction=reduction,
-    )
-    return DCLRLoss(loss, share)

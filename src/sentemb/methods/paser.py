@@ -264,7 +264,7 @@ class PaSeR(Method):
         self.eda = EDA(
             config.augment,
             config.augment_ratio,
-            frozenset(nltk_stopwords(config.stopwords)),
+            frozenset(nltk_stopwords(config.stopwords, "paser.stopwords")),
             frozenset({self.tokenizer.mask_token}),
         )
 
