@@ -67,7 +67,7 @@ trainer.train(Path({out!r}))
 """
 
 
-@pytest.mark.parametrize(("spec", "kill_at"), [("iscse", 3), ("simcse+dclr", 5)])
+@pytest.mark.parametrize(("spec", "kill_at"), [("iscse", 3), ("simcse+dclr", 5), ("paser", 3)])
 def test_killed_run_resumes_to_identical_result(
     tiny_model_dir: Path, tmp_path: Path, spec: str, kill_at: int
 ) -> None:
