@@ -3,7 +3,8 @@
     python -m sentemb.reconstruct --model models/trained "Do I need a transit visa for London?"
 
 Prints, per sentence, the original, the masked copy (its top RAKE phrases masked, as in
-training) and the decoder's greedy reconstruction of the masked phrases.
+training) and the decoder's greedy reconstruction of the masked phrases, each ended by its
+end-of-phrase token ([SEP] for BERT tokenizers), as generated.
 """
 
 from __future__ import annotations
@@ -38,8 +39,7 @@ def reconstruct(model: Path, sentences: list[str], language: str) -> list[dict[s
             pooled = encoder(**encoder.tokenize([sentence, copy.text])).pooled
             signal = decoding_signal(pooled[:1], pooled[1:], decoder.config.m, decoder.config.n)
         tokens = decoder.generate(signal[0], embeddings, max(1, len(copy.targets)))
-        phrases = tokenizer.decode(tokens).split(tokenizer.decode([decoder.config.eos]))
-        generated = " | ".join(p.strip() for p in phrases if p.strip())
+        generated = tokenizer.decode(tokens)  # phrases in text order, each ended by [SEP]
         rows.append({"original": sentence, "masked": copy.text, "generated": generated})
     return rows
 

@@ -123,5 +123,5 @@ def test_saved_decoder_reconstructs_masked_phrases(tiny_model_dir: Path, tmp_pat
     assert (tmp_path / "out/paser_decoder/model.safetensors").is_file()
     rows = reconstruct(tmp_path / "out", [SENTENCE], "english")
     assert rows[0]["original"] == SENTENCE
-    assert rows[0]["masked"].count("[MASK]") == 4  # transit visa, stop, london
-    assert isinstance(rows[0]["generated"], str)
+    assert rows[0]["masked"].count("[MASK]") == 4  # transit visa (2), need, stop: ties by position
+    assert rows[0]["generated"].count("[SEP]") <= 3  # one end-of-phrase token per phrase
