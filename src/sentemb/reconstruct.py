@@ -10,7 +10,6 @@ end-of-phrase token ([SEP] for BERT tokenizers), as generated.
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 import torch
@@ -26,7 +25,6 @@ def reconstruct(model: Path, sentences: list[str], language: str) -> list[dict[s
     """Original, masked and generated text for each sentence."""
     if not (model / DECODER_DIR).is_dir():
         raise ConfigError(f"{model}: no {DECODER_DIR}/ (was it trained with method paser?)")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     encoder = Encoder.from_pretrained(str(model), "auto").eval()
     decoder, k = load_decoder(model)
     extractor = Extractor(PhrasesConfig(language=language, top_k=k), idf=None)
