@@ -146,11 +146,13 @@ class Extractor:
         )
         return [[word, round(score, 4)] for score, word in scored[: self.config.keywords]]
 
-    def records(self, sentences: list[str]) -> tuple[list[str], list[str]]:
-        """One JSON line each for rake.jsonl and keywords.jsonl per sentence."""
-        rake = [json.dumps([s, self.phrases(s)], ensure_ascii=False) for s in sentences]
+    def records(self, sentences: list[str]) -> tuple[list[str], list[str], list[int]]:
+        """Per sentence: its rake.jsonl and keywords.jsonl lines, and its number of phrases."""
+        phrases = [self.phrases(s) for s in sentences]
+        pairs = zip(sentences, phrases, strict=True)
+        rake = [json.dumps([s, p], ensure_ascii=False) for s, p in pairs]
         keywords = [json.dumps(self.keywords(s), ensure_ascii=False) for s in sentences]
-        return rake, keywords
+        return rake, keywords, [len(p) for p in phrases]
 
 
 def english_analyzer() -> Callable[[str], list[str]]:
@@ -174,7 +176,7 @@ def _start_worker(config: PhrasesConfig, idf: dict[str, float] | None) -> None:
     _EXTRACTOR = Extractor(config, idf)
 
 
-def _extract(sentences: list[str]) -> tuple[list[str], list[str]]:
+def _extract(sentences: list[str]) -> tuple[list[str], list[str], list[int]]:
     assert _EXTRACTOR is not None
     return _EXTRACTOR.records(sentences)
 
@@ -232,12 +234,11 @@ def extract(
             (tmp / "keywords.jsonl").open("w", encoding="utf-8") as keyword_file,
             tqdm(total=total, desc="phrases", unit="sent") as bar,
         ):
-            for rake, keywords in ordered_map(
+            for rake, keywords, counts in ordered_map(
                 pool, _extract, chunks(corpus(), config.chunk_size), inflight
             ):
                 rake_file.writelines(line + "\n" for line in rake)
                 keyword_file.writelines(line + "\n" for line in keywords)
-                counts = [len(json.loads(line)[1]) for line in rake]
                 stats["sentences"] += len(rake)
                 stats["with_phrases"] += sum(1 for c in counts if c)
                 stats["phrases"] += sum(counts)
