@@ -281,6 +281,12 @@ class PaSeR(Method):
         spans = self.spans[sentence]
         return mask_phrases(self.tokenizer, sentence, spans, self.config.mask_phrases, max_tokens)
 
+    def mlm_rows(self, ids: Tensor) -> tuple[Tensor, Tensor]:
+        """BERT's 80/10/10 masking of `ids` (special tokens never masked), and MLM labels."""
+        special = torch.isin(ids, torch.tensor(self.tokenizer.all_special_ids, device=ids.device))
+        masked, labels = self.collator.torch_mask_tokens(ids.cpu().clone(), special.cpu())
+        return masked.to(ids.device), labels.to(ids.device)
+
     def contribute(self, objective: Objective, views: Views, state: TrainState) -> None:
         size = len(views.sentences)
         max_tokens = views.batch["input_ids"].shape[1] - 2
@@ -291,24 +297,14 @@ class PaSeR(Method):
         texts += [self.eda(c.text, rng) for c in copies]
         batch = views.tokenize(texts)
         ids, attention = batch["input_ids"], batch["attention_mask"]
-        rows = {"input_ids": ids, "attention_mask": attention}
-        if self.config.mlm_weight > 0:
-            special = torch.tensor(
-                [
-                    self.tokenizer.get_special_tokens_mask(row, already_has_special_tokens=True)
-                    for row in ids[:size].tolist()
-                ],
-                dtype=torch.bool,
-            )
-            masked, labels = self.collator.torch_mask_tokens(ids[:size].cpu().clone(), special)
-            rows = {
-                "input_ids": torch.cat([ids, masked.to(ids.device)]),
-                "attention_mask": torch.cat([attention, attention[:size]]),
-            }
-        output = views.encode(rows)
+        mlm = self.config.mlm_weight > 0
+        if mlm:  # MLM rows (masked s) ride in the same forward pass as s and s~
+            masked, labels = self.mlm_rows(ids[:size])
+            ids, attention = torch.cat([ids, masked]), torch.cat([attention, attention[:size]])
+        output = views.encode({"input_ids": ids, "attention_mask": attention})
         e_s, e_masked = output.pooled[:size], output.pooled[size : 2 * size]
         has_phrase = [i for i, c in enumerate(copies) if c.targets]
-        generative = output.pooled.sum() * 0.0
+        generative = output.pooled.sum() * 0.0  # keeps the graph when no sentence has a phrase
         if has_phrase:
             signal = decoding_signal(e_s, e_masked, self.config.m, self.config.n)[has_phrase]
             config = self.decoder.config
@@ -322,17 +318,21 @@ class PaSeR(Method):
             hidden = self.decoder(signal, inputs.to(ids.device), self.embeddings)
             targets = targets.to(ids.device)
             keep = targets != config.pad
-            rows = torch.arange(len(has_phrase), device=ids.device)[:, None].expand_as(targets)
+            sentence_of = torch.arange(len(has_phrase), device=ids.device)[:, None]
             logits = self.decoder.logits(hidden[keep], self.embeddings)
-            generative = generative_loss(logits.float(), targets[keep], rows[keep], len(rows))
+            generative = generative_loss(
+                logits.float(),
+                targets[keep],
+                sentence_of.expand_as(targets)[keep],
+                len(has_phrase),
+            )
         objective.terms["paser/generative"] = self.config.generative_weight * generative
         objective.logs["paser/masked_share"] = len(has_phrase) / size
-        if self.config.mlm_weight > 0:
-            labels = labels.to(ids.device)
+        if mlm:
             chosen = labels != -100  # only masked positions are scored: no vocab-wide logits
             logits = self.mlm(output.hidden_states[-1][2 * size :][chosen], self.embeddings)
-            mlm = F.cross_entropy(logits.float(), labels[chosen])
-            objective.terms["paser/mlm"] = self.config.mlm_weight * mlm
+            loss = F.cross_entropy(logits.float(), labels[chosen])
+            objective.terms["paser/mlm"] = self.config.mlm_weight * loss
 
     def save(self, folder: Path) -> None:
         """The decoder, so `python -m sentemb.reconstruct` can inspect it (Table 7)."""
