@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from sentemb.phrases import Extractor, PhrasesConfig, extract, phrase_span, read_phrase_spans
+from sentemb.phrases import (
+    Extractor,
+    PhrasesConfig,
+    extract,
+    phrase_span,
+    read_idf,
+    read_phrase_spans,
+)
 
 SENTENCE = "At least 89 dead in China earthquakes, officials said on Monday."
 
@@ -54,6 +61,8 @@ def test_extract_streams_aligned_files_with_corpus_idf(tmp_path: Path) -> None:
     first = json.loads(keywords[0])
     assert first[0] == ["mat", pytest.approx(idf["mat"], abs=1e-4)]
     assert first[1] == ["cat", pytest.approx(idf["cat"], abs=1e-4)]
+    table = read_idf(tmp_path / "out")  # the same table, kept for RepAL's keywords
+    assert table["mat"] == pytest.approx(idf["mat"]) and table["the"] == pytest.approx(math.log(4 / 3) + 1)
     spans = read_phrase_spans(tmp_path / "out/rake.jsonl")
     assert spans["a dog sat"] == [(2, 9)]  # "a" is a stopword
 

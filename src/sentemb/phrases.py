@@ -9,7 +9,8 @@ ln((1 + n) / (1 + df)) + 1); for Chinese, jieba's TF-IDF with its own IDF table.
 
 Output: `rake.jsonl` and `keywords.jsonl`, line i for sentence i. A RAKE record is the sentence
 and its phrases, best first, each `[text, score, start, end]` with the character span in the
-sentence; a keyword record is `[[word, score], ...]`.
+sentence; a keyword record is `[[word, score], ...]`. For English also `idf.json`, the corpus's
+IDF table, with which RepAL (`sentemb.refine`) picks the keywords of any other sentence.
 """
 
 from __future__ import annotations
@@ -31,11 +32,12 @@ from tqdm.auto import tqdm
 from sentemb.config import ConfigError
 from sentemb.data.readers import DataFormatError
 from sentemb.io import atomic_path
-from sentemb.tfidf import jieba_words
+from sentemb.tfidf import WORD_PATTERN, jieba_words
 
 T = TypeVar("T")
 R = TypeVar("R")
 LATIN = "A-Za-z0-9"
+IDF_FILE = "idf.json"
 
 
 @dataclass
@@ -114,7 +116,7 @@ class Extractor:
             sentence_tokenizer=lambda text: [text],
             word_tokenizer=jieba_words if config.chinese else None,
         )
-        self.analyzer = None if config.chinese else english_analyzer()
+        self.scorer = KeywordScorer(config.chinese, idf, self.stopwords)
 
     def phrases(self, sentence: str) -> list[list[Any]]:
         """The `top_k` RAKE phrases found in the sentence, [text, score, start, end].
@@ -133,18 +135,7 @@ class Extractor:
 
     def keywords(self, sentence: str) -> list[list[Any]]:
         """The `keywords` words of highest TF-IDF in the sentence: [word, score]."""
-        if self.config.chinese:
-            import jieba.analyse
-
-            tags = jieba.analyse.extract_tags(sentence, topK=self.config.keywords, withWeight=True)
-            return [[word, round(float(score), 4)] for word, score in tags]
-        assert self.analyzer is not None and self.idf is not None
-        counts = Counter(w for w in self.analyzer(sentence) if w not in self.stopwords)
-        scored = sorted(
-            ((count * self.idf.get(word, 0.0), word) for word, count in counts.items()),
-            key=lambda pair: (-pair[0], pair[1]),
-        )
-        return [[word, round(score, 4)] for score, word in scored[: self.config.keywords]]
+        return self.scorer(sentence, self.config.keywords)
 
     def records(self, sentences: list[str]) -> tuple[list[str], list[str], list[int]]:
         """Per sentence: its rake.jsonl and keywords.jsonl lines, and its number of phrases."""
@@ -155,11 +146,41 @@ class Extractor:
         return rake, keywords, [len(p) for p in phrases]
 
 
+class KeywordScorer:
+    """TF-IDF keywords of one sentence: count x IDF of its non-stopwords, best first.
+
+    English uses scikit-learn's analyzer and a corpus IDF table (needed only when called; RAKE
+    alone goes without); Chinese uses jieba's TF-IDF
+    (`jieba.analyse.extract_tags`, its own IDF table and stopword rule).
+    """
+
+    def __init__(
+        self, chinese: bool, idf: dict[str, float] | None, stopwords: set[str] | frozenset[str]
+    ) -> None:
+        self.chinese, self.idf, self.stopwords = chinese, idf, stopwords
+        self.analyzer = None if chinese else english_analyzer()
+
+    def __call__(self, sentence: str, top_k: int) -> list[list[Any]]:
+        """The `top_k` words of highest TF-IDF, `[word, score]`; ties in alphabetical order."""
+        if self.chinese:
+            import jieba.analyse
+
+            tags = jieba.analyse.extract_tags(sentence, topK=top_k, withWeight=True)
+            return [[word, round(float(score), 4)] for word, score in tags]
+        assert self.analyzer is not None and self.idf is not None
+        counts = Counter(w for w in self.analyzer(sentence) if w not in self.stopwords)
+        scored = sorted(
+            ((count * self.idf.get(word, 0.0), word) for word, count in counts.items()),
+            key=lambda pair: (-pair[0], pair[1]),
+        )
+        return [[word, round(score, 4)] for score, word in scored[:top_k]]
+
+
 def english_analyzer() -> Callable[[str], list[str]]:
     """scikit-learn's word analyzer, as the TF-IDF baseline uses it (lower-cased \\w+ tokens)."""
     from sklearn.feature_extraction.text import CountVectorizer
 
-    return CountVectorizer(token_pattern=r"(?u)\b\w+\b").build_analyzer()
+    return CountVectorizer(token_pattern=WORD_PATTERN).build_analyzer()
 
 
 def document_frequencies(sentences: list[str]) -> tuple[int, Counter[str]]:
@@ -229,6 +250,11 @@ def extract(
         atomic_path(out) as tmp,
     ):
         tmp.mkdir()
+        if idf is not None:
+            (tmp / IDF_FILE).write_text(
+                json.dumps({"documents": total, "idf": dict(sorted(idf.items()))}) + "\n",
+                encoding="utf-8",
+            )
         with (
             (tmp / "rake.jsonl").open("w", encoding="utf-8") as rake_file,
             (tmp / "keywords.jsonl").open("w", encoding="utf-8") as keyword_file,
@@ -244,6 +270,19 @@ def extract(
                 stats["phrases"] += sum(counts)
                 bar.update(len(rake))
     return stats
+
+
+def read_idf(folder: Path) -> dict[str, float]:
+    """The IDF table the phrases stage fitted on the training corpus (English only)."""
+    path = folder / IDF_FILE
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))["idf"]
+    except FileNotFoundError as err:
+        raise DataFormatError(
+            f"{path}: not found; run the phrases stage with phrases.language: english"
+        ) from err
+    except (ValueError, KeyError, TypeError) as err:
+        raise DataFormatError(f"{path}: not an IDF table: {err}") from err
 
 
 def read_phrase_spans(path: Path) -> dict[str, list[tuple[int, int]]]:

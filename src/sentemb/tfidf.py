@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import scipy.sparse as sp
 from sklearn.feature_extraction.text import TfidfVectorizer
 
+WORD_PATTERN = r"(?u)\b\w+\b"  # words for English TF-IDF here and in the phrases stage
+
 
 @dataclass
 class TfidfConfig:
@@ -50,7 +52,7 @@ class TfidfEncoder:
         config = config or TfidfConfig()
         self.vectorizer = TfidfVectorizer(
             tokenizer=jieba_words if language == "zh" else None,
-            token_pattern=None if language == "zh" else r"(?u)\b\w+\b",
+            token_pattern=None if language == "zh" else WORD_PATTERN,
             lowercase=language != "zh",
             max_features=config.max_features,
             sublinear_tf=config.sublinear_tf,
