@@ -2,8 +2,11 @@
 
     python stages/evaluate.py --suite sts --model sentence-transformers/all-MiniLM-L6-v2 --out F
 
-works outside DVC too. `--model tfidf` scores the TF-IDF bag-of-words baseline. Datasets missing
-from `--data` are skipped and listed under `skipped` with the reason.
+works outside DVC too. `--model tfidf` scores the TF-IDF bag-of-words baseline. With
+`--refined DIR` (a refine stage output) the suite is also scored after each refinement fitted
+there, and those metrics go beside the plain ones under the refinement's name (`repal`,
+`whitening`); every sentence is encoded once for all of them. Datasets missing from `--data` are
+skipped and listed under `skipped` with the reason.
 """
 
 from __future__ import annotations
@@ -14,30 +17,14 @@ from pathlib import Path
 
 from sentemb.cli import run_stage
 from sentemb.config import load_params, section
-from sentemb.encoder import Encoder, ModelConfig
+from sentemb.encoder import ModelConfig
 from sentemb.evaluation.base import SentenceEncoder
-from sentemb.evaluation.chinese import ChineseConfig
-from sentemb.evaluation.suites import SUITES, build_evaluator
+from sentemb.evaluation.suites import SUITES, build_evaluator, load_encoder, model_names
 from sentemb.io import write_json
-from sentemb.tfidf import TfidfConfig, TfidfEncoder
-from sentemb.tracking import mlflow_run
+from sentemb.refine import CachedEncoder, load_refinement, refinements
+from sentemb.tracking import flatten, mlflow_run
 
 log = logging.getLogger("evaluate")
-
-
-def load_encoder(name: str, language: str, params: dict, data: Path) -> SentenceEncoder:
-    """A neural encoder for a model name or folder, or the TF-IDF baseline for `tfidf`."""
-    if name == "tfidf":
-        corpus_file = data / "corpus" / "train.txt"
-        corpus = None
-        if language == "en" and corpus_file.is_file():
-            corpus = corpus_file.read_text(encoding="utf-8").splitlines()
-        return TfidfEncoder(language, section(params, "tfidf", TfidfConfig), corpus)
-    model = section(params, "model", ModelConfig)
-    pooler = model.pooler
-    if language == "zh":
-        pooler = section(params, "eval.chinese", ChineseConfig).pooler
-    return Encoder.from_pretrained(name, pooler, model.max_length, model.trust_remote_code)
 
 
 def main() -> None:
@@ -47,31 +34,48 @@ def main() -> None:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--data", default="data/raw", type=Path)
     parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--refined", type=Path, help="a refine stage output folder")
     args = parser.parse_args()
     params = load_params(args.params)
-    model_config = section(params, "model", ModelConfig)
-    model = args.model or model_config.name_or_path
-    chinese_model = section(params, "eval.chinese", ChineseConfig).model or model
-    evaluator = build_evaluator(args.suite, params, args.data, model_config.batch_size)
+    model, chinese_model = model_names(params, args.model)
+    batch_size = section(params, "model", ModelConfig).batch_size
+    evaluator = build_evaluator(args.suite, params, args.data, batch_size)
     tracked = {"model": model, "eval": {args.suite: params.get("eval", {}).get(args.suite, {})}}
     with mlflow_run(f"evaluate@{args.suite}", tracked, run_name=f"{args.suite}:{model}") as run:
-        if args.suite == "chinese":
-            metrics = evaluator(load_encoder(chinese_model, "zh", params, args.data))
-        elif args.suite == "retrieval":
-            encoder = load_encoder(model, "en", params, args.data)
-            chinese = None
-            if chinese_model != model or model == "tfidf":
-                chinese = load_encoder(chinese_model, "zh", params, args.data)
-            metrics = evaluator(encoder, chinese)
-        else:
-            metrics = evaluator(load_encoder(model, "en", params, args.data))
+        raw: dict[str, SentenceEncoder] = {}
+        if args.suite != "chinese":
+            raw["en"] = load_encoder(model, "en", params, args.data)
+        if args.suite == "chinese" or (
+            args.suite == "retrieval" and (chinese_model != model or model == "tfidf")
+        ):
+            raw["zh"] = load_encoder(chinese_model, "zh", params, args.data)
+        if args.refined is not None:  # plain and refined scoring share one encode per sentence
+            raw = {language: CachedEncoder(encoder) for language, encoder in raw.items()}
+        metrics = evaluator(*raw.values())
         result: dict = dict(metrics)
         if evaluator.skipped:
             result["skipped"] = evaluator.skipped
+        if args.refined is not None:
+            config, fitted, idf = load_refinement(args.refined)
+            if args.suite == "retrieval" and "zh" not in raw:
+                raw["zh"] = raw["en"]  # the Chinese sets still take their own fits
+            refined = {
+                language: refinements(
+                    config, fitted, idf, encoder, mask_token(encoder), language == "zh"
+                )
+                for language, encoder in raw.items()
+            }
+            for name in config.methods if args.suite in config.suites else []:
+                result[name] = evaluator(*(r[name] for r in refined.values()))
         write_json(args.out, result)
-        run.log_metrics(metrics)
+        run.log_metrics({k: v for k, v in flatten(result).items() if "skipped" not in k})
         run.log_artifact(args.out)
     log.info("%s: %s", args.suite, {k: round(v, 2) for k, v in metrics.items() if "/" not in k})
+
+
+def mask_token(encoder: CachedEncoder) -> str | None:
+    """The mask token of a neural encoder's tokenizer (None for TF-IDF or a tokenizer without)."""
+    return getattr(getattr(encoder.encoder, "tokenizer", None), "mask_token", None)
 
 
 if __name__ == "__main__":

@@ -62,7 +62,8 @@ def test_extract_streams_aligned_files_with_corpus_idf(tmp_path: Path) -> None:
     assert first[0] == ["mat", pytest.approx(idf["mat"], abs=1e-4)]
     assert first[1] == ["cat", pytest.approx(idf["cat"], abs=1e-4)]
     table = read_idf(tmp_path / "out")  # the same table, kept for RepAL's keywords
-    assert table["mat"] == pytest.approx(idf["mat"]) and table["the"] == pytest.approx(math.log(4 / 3) + 1)
+    assert table["mat"] == pytest.approx(idf["mat"])
+    assert table["the"] == pytest.approx(math.log(4 / 3) + 1)
     spans = read_phrase_spans(tmp_path / "out/rake.jsonl")
     assert spans["a dog sat"] == [(2, 9)]  # "a" is a stopword
 

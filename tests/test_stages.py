@@ -190,3 +190,62 @@ def test_phrases_bad_param_leaves_no_output(downloaded: Path, mirror: Path, stag
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == "error: phrases.top_k: must be >= 1, got 0"
     assert not (work / "out").exists() and not (work / "m.json").exists()
+
+
+def test_refine_then_evaluate_with_and_without_refinement(
+    tiny_model_dir: Path, mirror: Path, stage_env, tmp_path: Path
+) -> None:
+    """phrases -> refine -> evaluate on real STS-B and two Chinese sets with the tiny model."""
+    datasets = ["wiki1m", "STSBenchmark", "PAWSX", "STS-B-zh", "MRPC"]
+    params = write_params(
+        tmp_path,
+        mirror,
+        data={"datasets": datasets},
+        phrases={"workers": 1},
+        eval={
+            "chinese": {"tasks": ["PAWSX", "STS-B"]},
+            "retrieval": {"offline_sets": ["PAWSX", "MRPC"]},
+        },
+        refine={"corpus_size": 400, "suites": ["sts", "chinese", "retrieval"]},
+    )
+    params.write_text(
+        params.read_text().replace(
+            "name_or_path: sentence-transformers/all-MiniLM-L6-v2",
+            f"name_or_path: {tiny_model_dir}",
+        )
+    )
+    for script, args in (
+        ("download.py", []),
+        ("phrases.py", ["--metrics", "phrases.json"]),
+        ("refine.py", ["--out", "refined", "--metrics", "refine.json", "--plots", "plots"]),
+    ):
+        result = run_stage(script, args, tmp_path, {**stage_env, "no_proxy": "*"})
+        assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "data/phrases/idf.json").is_file()
+    fitted = json.loads((tmp_path / "refine.json").read_text())
+    assert set(fitted) == {"fit_on", "english", "chinese/PAWSX", "chinese/STS-B"}
+    for scope in ("english", "chinese/PAWSX"):
+        assert {"lambda1", "lambda2", "dev/none", "dev/repal", "cosine/whitening"} <= set(
+            fitted[scope]
+        )
+        assert fitted[scope]["dev/repal"] >= fitted[scope]["dev/none"]  # λ = 0 is on the grid
+    curve = json.loads((tmp_path / "plots/refine_bound.json").read_text())
+    assert [p["lambda2"] for p in curve] == yaml.safe_load(params.read_text())["refine"]["repal"][
+        "lambda2"
+    ]
+    assert (tmp_path / "plots/refine_bound.png").read_bytes()[:4] == b"\x89PNG"
+    for suite in ("sts", "chinese", "retrieval", "transfer"):
+        out = tmp_path / f"{suite}.json"
+        args = ["--suite", suite, "--refined", "refined", "--out", str(out)]
+        if suite == "transfer":
+            args += ["--params", str(params)]
+            params.write_text(params.read_text().replace("tasks: [MR, CR", "tasks: [MRPC, CR"))
+        result = run_stage("evaluate.py", args, tmp_path, stage_env)
+        assert result.returncode == 0, result.stderr[-3000:]
+        metrics = json.loads(out.read_text())
+        plain = {k for k in metrics if k not in ("repal", "whitening", "skipped")}
+        if suite == "transfer":  # not in refine.suites: plain scores only
+            assert "repal" not in metrics
+            continue
+        assert set(metrics["repal"]) == set(metrics["whitening"]) == plain
+        assert metrics["repal"]["avg"] != metrics["avg"]

@@ -55,6 +55,12 @@ class Evaluator(ABC):
         return False
 
 
+def for_set(encoder: SentenceEncoder, dataset: str) -> SentenceEncoder:
+    """The encoder for `dataset`: a refinement fitted per set (RepAL on Chinese) picks its own."""
+    select = getattr(encoder, "for_set", None)
+    return encoder if select is None else select(dataset)
+
+
 def embed(
     encoder: SentenceEncoder, sentences: Sequence[str], batch_size: int
 ) -> tuple[Embeddings, dict[str, int]]:

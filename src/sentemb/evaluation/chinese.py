@@ -13,7 +13,7 @@ import numpy as np
 
 from sentemb.data.readers import read_chinese
 from sentemb.data.sources import CHINESE_SETS
-from sentemb.evaluation.base import Evaluator, SentenceEncoder, spearman
+from sentemb.evaluation.base import Evaluator, SentenceEncoder, for_set, spearman
 from sentemb.evaluation.sts import cosine_scores
 
 
@@ -36,7 +36,10 @@ def dataset_name(task: str) -> str:
 
 
 class ChineseEvaluator(Evaluator):
-    """Spearman x 100 per set (`split` = test, or valid for model selection) and their average."""
+    """Spearman x 100 per set (`split` = test, or valid for model selection) and their average.
+
+    Each set is encoded on its own, so a refinement fitted per set (`for_set`) applies to it.
+    """
 
     def __init__(
         self,
@@ -55,8 +58,13 @@ class ChineseEvaluator(Evaluator):
             for task in self.config.tasks
             if self.available(dataset_name(task), f".{self.split}.")
         }
-        scores = cosine_scores(encoder, sets, self.batch_size)
-        metrics = {task: spearman(scores[task], sets[task].gold) for task in sets}
+        metrics = {
+            task: spearman(
+                cosine_scores(for_set(encoder, task), {task: pairs}, self.batch_size)[task],
+                pairs.gold,
+            )
+            for task, pairs in sets.items()
+        }
         if metrics:
             metrics["avg"] = float(np.mean(list(metrics.values())))
         return metrics

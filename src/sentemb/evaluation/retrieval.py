@@ -52,7 +52,14 @@ from sentemb.data.readers import (
     read_mrpc,
     read_qqp,
 )
-from sentemb.evaluation.base import Embeddings, Evaluator, SentenceEncoder, embed, rowwise_cosine
+from sentemb.evaluation.base import (
+    Embeddings,
+    Evaluator,
+    SentenceEncoder,
+    embed,
+    for_set,
+    rowwise_cosine,
+)
 
 log = logging.getLogger(__name__)
 
@@ -339,8 +346,6 @@ class RetrievalEvaluator(Evaluator):
     `counts` records, per reported set, how many queries were scored against how many texts.
     """
 
-    primary_metric = "avg"
-
     def __init__(
         self, root: Path, batch_size: int = 128, config: RetrievalConfig | None = None
     ) -> None:
@@ -375,7 +380,8 @@ class RetrievalEvaluator(Evaluator):
             else:
                 pairs, set_encoder = read_chinese(self.root, name, "test"), chinese_encoder
             task = qqp_task(pairs, cfg.exclude_query)
-            self._retrieval(f"{PROTOCOL_PREFIX}/{name}", task, set_encoder or encoder, results)
+            set_encoder = for_set(set_encoder or encoder, name)
+            self._retrieval(f"{PROTOCOL_PREFIX}/{name}", task, set_encoder, results)
         maps = [value for key, value in results.items() if key.endswith("/map")]
         if maps:
             results["avg"] = float(np.mean(maps))

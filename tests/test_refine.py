@@ -1,0 +1,182 @@
+"""RepAL (eq. 1-5) and whitening on toy encoders, by hand; the fitted state's round trip."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sentemb.config import ConfigError
+from sentemb.data.readers import PairSet
+from sentemb.refine import (
+    ENGLISH_SCOPE,
+    Fitted,
+    PartialMask,
+    RefineConfig,
+    RepALConfig,
+    RepALEncoder,
+    Whitening,
+    eigenvalue_bounds,
+    fit_scope,
+    refined_encoders,
+    save_refinement,
+    search_lambdas,
+)
+
+
+class TableEncoder:
+    """A toy encoder: a fixed vector per sentence."""
+
+    def __init__(self, table: dict[str, np.ndarray]) -> None:
+        self.table = table
+
+    def encode(self, sentences: Sequence[str], batch_size: int = 128) -> np.ndarray:
+        return np.stack([self.table[s] for s in sentences])
+
+
+class ToyMask:
+    """Stands in for `PartialMask`: x* of sentence s is the sentence "s*"."""
+
+    mask = "tri"
+
+    def __call__(self, sentence: str) -> str:
+        return sentence + "*"
+
+
+def test_refinement_is_eq_3_on_a_toy_encoder() -> None:
+    table = {
+        "a": np.array([1.0, 2.0]),
+        "a*": np.array([0.5, 0.0]),
+        "b": np.array([3.0, -1.0]),
+        "b*": np.array([0.0, 1.0]),
+    }
+    mean = np.array([0.2, 0.4])
+    refined = RepALEncoder(TableEncoder(table), ToyMask(), 0.5, 2.0, mean).encode(["a", "b", "a"])
+    # v' = f(x) - 0.5 f(x*) - 2 v̂
+    expected = [[1 - 0.25 - 0.4, 2 - 0 - 0.8], [3 - 0 - 0.4, -1 - 0.5 - 0.8], [0.35, 1.2]]
+    np.testing.assert_allclose(refined, expected, rtol=1e-6)
+    # v̂ fitted on the call's distinct sentences (eq. 2): mean of f(a), f(b) = (2, 0.5)
+    fitted_here = RepALEncoder(TableEncoder(table), None, 0.0, 1.0, None).encode(["a", "b", "a"])
+    np.testing.assert_allclose(fitted_here[0], [1 - 2, 2 - 0.5], rtol=1e-6)
+
+
+def toy_dev(seed: int = 0, n: int = 40) -> tuple[TableEncoder, PairSet, list[str]]:
+    """f(x) = u + c + t and f(x*) = t: the gold similarity is cos(u_a, u_b), so the best
+    refinement removes the shared c (λ2 = 1) and then the trivial-word part t (λ1 = 1)."""
+    rng = np.random.default_rng(seed)
+    c = np.zeros(8)
+    c[:4] = 5.0
+    table, first, second, gold = {}, [], [], []
+    for i in range(n):
+        u_a, u_b = rng.normal(size=(2, 8))
+        u_a[4:], u_b[4:] = 0.0, 0.0
+        for name, u in ((f"a{i}", u_a), (f"b{i}", u_b)):
+            t = np.zeros(8)
+            t[4:] = rng.normal(size=4)
+            table[name], table[name + "*"] = u + c + t, t
+        first.append(f"a{i}")
+        second.append(f"b{i}")
+        gold.append(float(u_a @ u_b / np.linalg.norm(u_a) / np.linalg.norm(u_b)))
+    fit = [f"f{i}" for i in range(16)]  # a fitting corpus whose mean is exactly c
+    for i, name in enumerate(fit):
+        table[name] = c + (-1.0) ** i * np.eye(8)[i // 2]
+    return TableEncoder(table), PairSet(first, second, gold), fit
+
+
+def test_lambda_search_finds_the_known_best_on_a_toy_dev_set() -> None:
+    encoder, dev, fit = toy_dev()
+    config = RefineConfig(
+        methods=["repal"],
+        repal=RepALConfig(lambda1=[0.0, 0.5, 1.0, 1.5], lambda2=[0.0, 0.5, 1.0, 1.5, 2.0]),
+    )
+    fitted, metrics, tried = fit_scope(encoder, dev, fit, ToyMask(), config, batch_size=8)
+    np.testing.assert_allclose(fitted.mean, encoder.encode(fit).mean(axis=0))
+    assert (fitted.lambda1, fitted.lambda2) == (1.0, 1.0)
+    assert metrics["dev/repal"] == pytest.approx(100.0)
+    assert metrics["dev/repal"] > metrics["dev/none"]
+    # §4.6 order: the λ2 grid with λ1 = 0, then the λ1 grid at the chosen λ2
+    assert [(t["lambda1"], t["lambda2"]) for t in tried] == [
+        *[(0.0, l2) for l2 in (0.0, 0.5, 1.0, 1.5, 2.0)],
+        *[(l1, 1.0) for l1 in (0.0, 0.5, 1.0, 1.5)],
+    ]
+
+
+def test_lambda_search_levels_and_ties() -> None:
+    calls: list[tuple[float, float]] = []
+
+    def score(l1: float, l2: float) -> float:
+        calls.append((l1, l2))
+        return -((l1 - 0.3) ** 2) - (l2 - 2.0) ** 2
+
+    assert search_lambdas(score, [0.0, 0.3, 0.6], [1.0, 2.0, 3.0])[:2] == (0.3, 2.0)
+    calls.clear()
+    assert search_lambdas(score, [0.0, 0.3], [1.0, 2.0], levels=["corpus"])[:2] == (0.0, 2.0)
+    assert calls == [(0.0, 1.0), (0.0, 2.0)]
+    assert search_lambdas(lambda a, b: 1.0, [0.5, 0.0], [0.7, 0.0])[:2] == (0.5, 0.7)
+
+
+IDF = {"cat": 2.0, "sat": 1.5, "mat": 3.0, "dog": 2.5}
+
+
+def test_partial_mask_masks_exactly_the_tf_idf_keywords_english() -> None:
+    sentence = "The Cat sat on the mat, with the cat."
+    tri = PartialMask("[MASK]", False, IDF, keywords=2)
+    # TF-IDF: cat 2 x 2.0 = 4.0, mat 3.0, sat 1.5; stopwords never count
+    assert tri.keywords(sentence) == {"cat", "mat"}
+    assert tri(sentence) == "The [MASK] sat on the [MASK], with the [MASK]."
+    key = PartialMask("[MASK]", False, IDF, keywords=2, mask="key")
+    assert key(sentence) == "[MASK] Cat [MASK] [MASK] [MASK] mat, [MASK] [MASK] cat."
+    assert PartialMask("<mask>", False, IDF, keywords=20)(sentence) == (
+        "The <mask> <mask> on the <mask>, with the <mask>."
+    )
+
+
+def test_partial_mask_masks_exactly_the_jieba_keywords_chinese() -> None:
+    sentence = "我想申请信用卡"  # jieba: 我 / 想 / 申请 / 信用卡; TF-IDF keywords 信用卡 > 申请
+    assert PartialMask("[MASK]", True, None, keywords=1)(sentence) == "我想申请[MASK]"
+    assert PartialMask("[MASK]", True, None, keywords=20)(sentence) == "我想[MASK][MASK]"
+    key = PartialMask("[MASK]", True, None, keywords=1, mask="key")
+    assert key(sentence) == "[MASK][MASK][MASK]信用卡"
+
+
+def test_whitening_makes_the_fitting_covariance_the_identity() -> None:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(500, 6)) @ rng.normal(size=(6, 6)) + 3.0
+    white = Whitening.fit(x).transform(x)
+    np.testing.assert_allclose(white.mean(axis=0), 0.0, atol=1e-4)
+    np.testing.assert_allclose(np.cov(white, rowvar=False, bias=True), np.eye(6), atol=1e-4)
+    cut = Whitening.fit(x, dim=3).transform(x)
+    np.testing.assert_allclose(np.cov(cut, rowvar=False, bias=True), np.eye(3), atol=1e-4)
+    with pytest.raises(ConfigError, match="singular"):
+        Whitening.fit(x[:3])
+
+
+def test_eigenvalue_bound_is_eq_5_by_hand() -> None:
+    e = np.eye(2)
+    # λ = 0: W = I, a = 1, b = 0: (2·0 + sqrt(0 + 3·1)) / 2
+    # λ = 1: E* = E - mean = ±0.5, W* = [[.5, -.5], [-.5, .5]]: (2·(-.5) + sqrt(.25 + 3·.25)) / 2
+    assert eigenvalue_bounds(e, [0.0, 1.0]) == pytest.approx([np.sqrt(3) / 2, 0.0])
+
+
+def test_saved_refinement_gives_the_same_vectors(tmp_path: Path) -> None:
+    encoder, dev, fit = toy_dev()
+    config = RefineConfig(repal=RepALConfig(levels=["corpus"], lambda2=[0.0, 1.0]))
+    fitted, _, _ = fit_scope(encoder, dev, fit, None, config, batch_size=8)
+    assert fitted.whitening is not None
+    save_refinement(tmp_path / "refined", config, {ENGLISH_SCOPE: fitted}, None)
+    loaded = refined_encoders(tmp_path / "refined", encoder, None, chinese=False)
+    assert set(loaded) == {"repal", "whitening"}
+    direct = RepALEncoder(encoder, None, fitted.lambda1, fitted.lambda2, fitted.mean)
+    np.testing.assert_array_equal(loaded["repal"].encode(dev.first), direct.encode(dev.first))
+    np.testing.assert_allclose(
+        loaded["whitening"].encode(dev.first), fitted.whitening.transform(encoder.encode(dev.first))
+    )
+
+
+def test_sentence_level_needs_a_mask_token(tmp_path: Path) -> None:
+    encoder = toy_dev()[0]
+    save_refinement(tmp_path / "r", RefineConfig(), {ENGLISH_SCOPE: Fitted()}, IDF)
+    with pytest.raises(ConfigError, match=r"refine\.repal\.levels"):
+        refined_encoders(tmp_path / "r", encoder, None, chinese=False)
