@@ -48,6 +48,7 @@ FIT_ON = ("corpus", "eval")
 SUITES = ("sts", "transfer", "chinese", "retrieval")
 LAMBDA1_GRID = [round(0.05 * i, 2) for i in range(21)]  # 0, 0.05, ..., 1
 LAMBDA2_GRID = [round(0.1 * i, 1) for i in range(31)]  # 0, 0.1, ..., 3
+RANK_TOLERANCE = 1e-10  # whitening: variances below this share of the largest count as zero
 STATE_FILE = "refinement.json"
 TENSOR_FILE = "refinement.safetensors"
 ENGLISH_SCOPE = "english"
@@ -186,17 +187,21 @@ class Whitening:
 
     @classmethod
     def fit(cls, vectors: np.ndarray, dim: int | None = None) -> Whitening:
-        """μ and W = U Λ^(-1/2) (first `dim` columns) from the rows of `vectors` (eq. 5-8)."""
+        """μ and W = U Λ^(-1/2) (first `dim` columns) from the rows of `vectors` (eq. 5-8).
+
+        Directions of (numerically) zero variance cannot be scaled to unit variance; they are
+        dropped, so the kernel has at most rank(Σ) columns.
+        """
         x = np.asarray(vectors, dtype=np.float64)
         mu = x.mean(axis=0)
-        covariance = np.cov(x - mu, rowvar=False, bias=True)
-        u, s, _ = np.linalg.svd(covariance)
-        if s[-1] <= 1e-12 * s[0]:
+        u, s, _ = np.linalg.svd(np.cov(x - mu, rowvar=False, bias=True))
+        rank = int(np.sum(s > RANK_TOLERANCE * s[0])) if s[0] > 0 else 0
+        if rank == 0:
             raise ConfigError(
-                f"refine.whitening: the covariance of {len(x)} vectors of dimension {x.shape[1]} "
-                "is singular; fit it on more (and more varied) sentences (refine.fit_on)"
+                f"refine.whitening: the {len(x)} fitting vectors are all equal; fit it on more "
+                "(and more varied) sentences (refine.fit_on)"
             )
-        kernel = u / np.sqrt(s)
+        kernel = u[:, :rank] / np.sqrt(s[:rank])
         return cls(kernel[:, :dim], mu)
 
     def transform(self, vectors: np.ndarray) -> np.ndarray:
