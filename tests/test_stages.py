@@ -225,7 +225,7 @@ def test_refine_then_evaluate_with_and_without_refinement(
     fitted = json.loads((tmp_path / "refine.json").read_text())
     assert set(fitted) == {"fit_on", "english", "chinese/PAWSX", "chinese/STS-B"}
     for scope in ("english", "chinese/PAWSX"):
-        assert {"lambda1", "lambda2", "dev/none", "dev/repal", "cosine/whitening"} <= set(
+        assert {"lambda1", "lambda2", "dev/repal", "cosine/whitening", "whitening/dims"} <= set(
             fitted[scope]
         )
         assert fitted[scope]["dev/repal"] >= fitted[scope]["dev/none"]  # λ = 0 is on the grid

@@ -394,6 +394,8 @@ def fit_scope(
         "dev/none": dev_score(encoder),
         "cosine/none": mean_random_cosine(encoder.encode(sentences), config.pairs, config.seed),
     }
+    if fitted.whitening is not None:
+        metrics["whitening/dims"] = fitted.whitening.kernel.shape[1]
     tried: list[dict[str, float]] = []
     if "repal" in config.methods:
         repal = config.repal
