@@ -1,0 +1,144 @@
+"""Seconds per training step: each method of the pipeline against a bare SimCSE step.
+
+    python benchmarks/train_step.py                    # simcse sscl iscse dclr paser, 5 steps each
+    python benchmarks/train_step.py --methods simcse --steps 10
+
+Same encoder (`model.name_or_path` of params.yaml), batch 64, max length 32, the precision the
+pipeline picks (fp32 on CPU), the same sentences. The floor is SimCSE without the pipeline:
+one forward of the two dropout views, [CLS] through a dense + tanh head, InfoNCE written
+inline (cross-entropy over the cosine matrix / τ), backward, AdamW. Each configuration runs two
+warm-up steps, then `--steps` timed steps (tokenization included); the floor runs before and
+after the methods and its median is over both runs. Ratios are against the floor and against
+the pipeline's SimCSE measured in the same run. PaSeR reads `paser.phrases` (run the phrases
+stage first). Writes `benchmarks/train_step.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from sentemb.config import load_params, section
+from sentemb.data.readers import read_corpus
+from sentemb.encoder import Encoder, ModelConfig
+from sentemb.methods.base import CombinedMethod
+from sentemb.training.loop import TrainConfig, Trainer
+
+ROOT = Path(__file__).resolve().parents[1]
+WARMUP = 2
+CORPUS = (ROOT / "../shared/datasets/corpus/wiki1m_for_simcse.head.txt").resolve()
+
+
+def timed(step: Callable[[int], object], steps: int) -> list[float]:
+    """Seconds of each of `steps` calls after `WARMUP` untimed calls."""
+    for i in range(WARMUP):
+        step(i)
+    seconds = []
+    for i in range(WARMUP, WARMUP + steps):
+        started = time.perf_counter()
+        step(i)
+        seconds.append(time.perf_counter() - started)
+    return seconds
+
+
+def floor_step(encoder: Encoder, config: TrainConfig, batches: list[list[str]], tau: float):
+    """A bare SimCSE step on `encoder`'s backbone: no pipeline code on the path."""
+    backbone, tokenizer = encoder.backbone, encoder.tokenizer
+    hidden = backbone.config.hidden_size
+    head = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh())
+    optimizer = torch.optim.AdamW([*backbone.parameters(), *head.parameters()], lr=3e-5)
+    backbone.train()
+
+    def step(i: int) -> None:
+        batch = tokenizer(
+            batches[i],
+            padding=True,
+            truncation=True,
+            max_length=config.max_length,
+            return_tensors="pt",
+        )
+        ids = batch["input_ids"].repeat(2, 1)
+        mask = batch["attention_mask"].repeat(2, 1)
+        cls = backbone(input_ids=ids, attention_mask=mask).last_hidden_state[:, 0]
+        first, second = head(cls).chunk(2)
+        similarity = F.normalize(first, dim=-1) @ F.normalize(second, dim=-1).T / tau
+        loss = F.cross_entropy(similarity, torch.arange(len(first)))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    return step
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument(
+        "--methods", nargs="+", default=["simcse", "sscl", "iscse", "dclr", "paser"]
+    )
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--params", default=str(ROOT / "params.yaml"))
+    parser.add_argument("--out", type=Path, default=Path(__file__).with_name("train_step.json"))
+    args = parser.parse_args()
+    params = load_params(args.params)
+    model = section(params, "model", ModelConfig).name_or_path
+    config = replace(section(params, "train", TrainConfig), max_steps=1000, checkpoint_steps=10**9)
+    sentences = list(read_corpus(CORPUS, limit=config.batch_size * (args.steps + WARMUP)))
+    batches = [
+        sentences[i : i + config.batch_size] for i in range(0, len(sentences), config.batch_size)
+    ]
+    seed = params.get("seed", 42)
+    results: dict[str, dict[str, float]] = {}
+    tau = params.get("simcse", {}).get("temperature", 0.05)
+
+    def floor() -> list[float]:
+        torch.manual_seed(seed)
+        encoder = Encoder.from_pretrained(model, config.pooler)
+        return timed(floor_step(encoder, config, batches, tau), args.steps)
+
+    floor_first = floor()
+    for spec in args.methods:
+        encoder = Encoder.from_pretrained(model, config.pooler)
+        method = CombinedMethod(spec, params, encoder, seed)
+        with tempfile.TemporaryDirectory() as checkpoints:
+            trainer = Trainer(
+                encoder, method, config, sentences, lambda e: 0.0, seed, Path(checkpoints), {}
+            )
+            results[spec] = {"seconds": timed(trainer.step, args.steps)}
+        print(spec, statistics.median(results[spec]["seconds"]))
+    # the floor runs first and last, so drift within the run shows and is averaged out
+    results["floor"] = {"seconds": floor_first + floor()}
+    for row in results.values():
+        row["median"] = statistics.median(row["seconds"])
+    for row in results.values():
+        row["vs_floor"] = row["median"] / results["floor"]["median"]
+        if "simcse" in results:
+            row["vs_simcse"] = row["median"] / results["simcse"]["median"]
+    report = {
+        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        "torch": torch.__version__,
+        "model": model,
+        "batch_size": config.batch_size,
+        "max_length": config.max_length,
+        "steps": args.steps,
+        "results": results,
+    }
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps({k: (v["median"], v["vs_floor"]) for k, v in results.items()}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
