@@ -54,22 +54,19 @@ def timed(step: Callable[[int], object], steps: int) -> list[float]:
     return seconds
 
 
-def floor_step(encoder: Encoder, config: TrainConfig, batches: list[list[str]], tau: float):
-    """A bare SimCSE step on `encoder`'s backbone: no pipeline code on the path."""
-    backbone, tokenizer = encoder.backbone, encoder.tokenizer
+def floor_step(
+    encoder: Encoder, config: TrainConfig, batches: list[list[str]], tau: float
+) -> Callable[[int], None]:
+    """A bare SimCSE step on `encoder`'s backbone: no pipeline code past tokenization."""
+    backbone = encoder.backbone
     hidden = backbone.config.hidden_size
     head = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh())
-    optimizer = torch.optim.AdamW([*backbone.parameters(), *head.parameters()], lr=3e-5)
+    parameters = [*backbone.parameters(), *head.parameters()]
+    optimizer = torch.optim.AdamW(parameters, lr=config.learning_rate)
     backbone.train()
 
     def step(i: int) -> None:
-        batch = tokenizer(
-            batches[i],
-            padding=True,
-            truncation=True,
-            max_length=config.max_length,
-            return_tensors="pt",
-        )
+        batch = encoder.tokenize(batches[i], config.max_length)
         ids = batch["input_ids"].repeat(2, 1)
         mask = batch["attention_mask"].repeat(2, 1)
         cls = backbone(input_ids=ids, attention_mask=mask).last_hidden_state[:, 0]
