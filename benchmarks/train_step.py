@@ -96,7 +96,7 @@ def main() -> None:
     batches = [
         sentences[i : i + config.batch_size] for i in range(0, len(sentences), config.batch_size)
     ]
-    seed = params.get("seed", 42)
+    seed = params["seeds"][0]
     results: dict[str, dict[str, float]] = {}
     tau = params.get("simcse", {}).get("temperature", 0.05)
 

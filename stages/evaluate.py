@@ -5,8 +5,10 @@
 works outside DVC too. `--model tfidf` scores the TF-IDF bag-of-words baseline. With
 `--refined DIR` (a refine stage output) the suite is also scored after each refinement fitted
 there, and those metrics go beside the plain ones under the refinement's name (`repal`,
-`whitening`); every sentence is encoded once for all of them. Datasets missing from `--data` are
-skipped and listed under `skipped` with the reason.
+`whitening`); every sentence is encoded once for all of them. `--predictions F.npz` keeps the
+plain model's score and the gold score of every pair of a suite scored by Spearman (sts,
+chinese) as arrays `<set>/predicted`, `<set>/gold`. Datasets missing from `--data` are skipped
+and listed under `skipped` with the reason.
 """
 
 from __future__ import annotations
@@ -15,12 +17,20 @@ import argparse
 import logging
 from pathlib import Path
 
+import numpy as np
+
 from sentemb.cli import run_stage
-from sentemb.config import load_params, section
+from sentemb.config import ConfigError, load_params, section
 from sentemb.encoder import ModelConfig
 from sentemb.evaluation.base import SentenceEncoder
-from sentemb.evaluation.suites import SUITES, build_evaluator, load_encoder, model_names
-from sentemb.io import write_json
+from sentemb.evaluation.suites import (
+    PAIR_SUITES,
+    SUITES,
+    build_evaluator,
+    load_encoder,
+    model_names,
+)
+from sentemb.io import atomic_path, write_json
 from sentemb.refine import CachedEncoder, load_refinement, refinements
 from sentemb.tracking import flatten, mlflow_run
 
@@ -35,7 +45,10 @@ def main() -> None:
     parser.add_argument("--data", default="data/raw", type=Path)
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--refined", type=Path, help="a refine stage output folder")
+    parser.add_argument("--predictions", type=Path, help="an .npz file for every pair's scores")
     args = parser.parse_args()
+    if args.predictions is not None and args.suite not in PAIR_SUITES:
+        raise ConfigError(f"--predictions: only for the suites {list(PAIR_SUITES)}")
     params = load_params(args.params)
     model, chinese_model = model_names(params, args.model)
     batch_size = section(params, "model", ModelConfig).batch_size
@@ -52,6 +65,7 @@ def main() -> None:
         if args.refined is not None:  # plain and refined scoring share one encode per sentence
             raw = {language: CachedEncoder(encoder) for language, encoder in raw.items()}
         metrics = evaluator(*raw.values())
+        pairs = dict(evaluator.pairs)
         result: dict = dict(metrics)
         if evaluator.skipped:
             result["skipped"] = evaluator.skipped
@@ -67,10 +81,23 @@ def main() -> None:
             }
             for name in config.methods if args.suite in config.suites else []:
                 result[name] = evaluator(*(r[name] for r in refined.values()))
+        if args.predictions is not None:
+            write_predictions(args.predictions, pairs)
         write_json(args.out, result)
         run.log_metrics({k: v for k, v in flatten(result).items() if "skipped" not in k})
         run.log_artifact(args.out)
     log.info("%s: %s", args.suite, {k: round(v, 2) for k, v in metrics.items() if "/" not in k})
+
+
+def write_predictions(path: Path, pairs: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
+    """Every pair's predicted and gold score, per set, as one .npz (written atomically)."""
+    arrays = {
+        f"{name}/{kind}": values
+        for name, scored in pairs.items()
+        for kind, values in zip(("predicted", "gold"), scored, strict=True)
+    }
+    with atomic_path(path) as tmp, tmp.open("wb") as handle:
+        np.savez(handle, **arrays)
 
 
 def mask_token(encoder: CachedEncoder) -> str | None:

@@ -1,9 +1,12 @@
-"""Stage `train`: train the encoder with `method` (simcse, sscl, iscse, dclr, paser or a '+' join).
+"""Stage `train`: train the encoder with one method and seed (DVC runs one per `methods` x `seeds`).
 
-Writes the best checkpoint (by the dev selection metric) to `--out` with `save_pretrained`, its
-tokenizer and pooler config; `metrics/train.json`; the loss and dev curves as DVC plots. Runs
-under `torchrun --nproc_per_node=K` as well. A killed run restarted with the same params resumes
-from its last checkpoint.
+    python stages/train.py --method iscse+dclr --seed 42 --out models/iscse+dclr-42
+
+`--method` is simcse, sscl, iscse, dclr, paser or a '+' join. Writes the best checkpoint (by the
+dev selection metric) to `--out` with `save_pretrained`, its tokenizer and pooler config, which
+is also a sentence-transformers folder (MLflow artifact `model/<folder>`); the metrics
+file; the loss and dev curves as DVC plots. Runs under `torchrun --nproc_per_node=K` as well. A
+killed run restarted with the same params resumes from its last checkpoint.
 """
 
 from __future__ import annotations
@@ -34,24 +37,27 @@ SELECTION_KEYS = {
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--method", required=True, help="a name such as simcse or iscse+dclr")
+    parser.add_argument("--seed", required=True, type=int)
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--metrics", required=True, type=Path)
+    parser.add_argument("--plots", required=True, type=Path)
+    parser.add_argument("--checkpoints", required=True, type=Path)
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--data", default="data/raw", type=Path)
-    parser.add_argument("--out", default="models/trained", type=Path)
-    parser.add_argument("--metrics", default="metrics/train.json", type=Path)
-    parser.add_argument("--plots", default="plots", type=Path)
-    parser.add_argument("--checkpoints", default="checkpoints", type=Path)
     args = parser.parse_args()
     params = load_params(args.params)
-    spec = params.get("method")
-    if not isinstance(spec, str):
-        raise ConfigError(f"method: expected a name such as 'simcse' or 'iscse+dclr', got {spec!r}")
-    seed = params.get("seed", 42)
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise ConfigError(f"seed: expected an integer >= 0, got {seed!r}")
+    spec, seed = args.method, args.seed
+    if seed < 0:
+        raise ConfigError(f"seeds: expected integers >= 0, got {seed}")
     model_config = section(params, "model", ModelConfig)
     config = section(params, "train", TrainConfig)
     names = spec.split("+")
-    run_params = {k: params.get(k) for k in ("method", "seed", "model", "train", "simcse", *names)}
+    run_params = {
+        "method": spec,
+        "seed": seed,
+        **{k: params.get(k) for k in ("model", "train", "simcse", *names)},
+    }
     sentences = list(training_corpus(args.data, config.corpus))
     encoder = Encoder.from_pretrained(
         model_config.name_or_path, config.pooler, None, model_config.trust_remote_code
@@ -95,6 +101,7 @@ def main() -> None:
         write_json(args.metrics, metrics)
         run.log_metrics({"best_dev": result.best_score, "best_step": result.best_step})
         run.log_artifact(args.metrics)
+        run.log_artifact(args.out, "model")
     log.info("best dev %.2f at step %d of %d", result.best_score, result.best_step, result.steps)
 
 

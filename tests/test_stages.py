@@ -8,8 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
+
+from sentemb.evaluation.base import spearman
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -109,10 +112,11 @@ def test_bad_param_is_one_clear_error_and_no_output(
     assert not out.exists()
 
 
-def train_args(params: Path, work: Path) -> list[str]:
-    """`stages/train.py` arguments that keep every output inside `work`."""
+def train_args(params: Path, work: Path, method: str) -> list[str]:
+    """`stages/train.py` arguments for `method`, seed 42, keeping every output inside `work`."""
     outputs = {"--out": "model", "--metrics": "train.json", "--plots": "plots"}
-    args = ["--params", str(params), "--checkpoints", str(work / "checkpoints")]
+    args = ["--method", method, "--seed", "42", "--params", str(params)]
+    args += ["--checkpoints", str(work / "checkpoints")]
     for flag, name in outputs.items():
         args += [flag, str(work / name)]
     return args
@@ -129,8 +133,7 @@ def test_train_stage_end_to_end(
         model={"name_or_path": str(tiny_model_dir)},
         train={"batch_size": 16, "max_steps": 4, "eval_steps": 2, "checkpoint_steps": 2},
     )
-    params.write_text(params.read_text().replace("method: simcse", "method: sscl+dclr"))
-    args = train_args(params, work)
+    args = train_args(params, work, "sscl+dclr")
     result = run_stage("train.py", args, downloaded, stage_env)
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = json.loads((work / "train.json").read_text())
@@ -146,8 +149,7 @@ def test_train_unknown_method_fails_cleanly(downloaded: Path, mirror: Path, stag
     work = downloaded / "bad-train"
     work.mkdir()
     params = write_params(work, mirror)
-    params.write_text(params.read_text().replace("method: simcse", "method: simcse+dlcr"))
-    args = train_args(params, work)
+    args = train_args(params, work, "simcse+dlcr")
     result = run_stage("train.py", args, downloaded, stage_env)
     assert result.returncode == 1
     assert "error: method: 'simcse+dlcr'" in result.stderr
@@ -175,8 +177,7 @@ def test_phrases_then_paser_training(
     assert json.loads(metrics.read_text())["sentences"] == 500
     for name in ("rake.jsonl", "keywords.jsonl"):
         assert len((phrases / name).read_text().splitlines()) == 500
-    params.write_text(params.read_text().replace("method: simcse", "method: paser"))
-    result = run_stage("train.py", train_args(params, work), downloaded, stage_env)
+    result = run_stage("train.py", train_args(params, work, "paser"), downloaded, stage_env)
     assert result.returncode == 0, result.stderr[-3000:]
     assert (work / "model/paser_decoder/model.safetensors").is_file()
 
@@ -237,6 +238,8 @@ def test_refine_then_evaluate_with_and_without_refinement(
     for suite in ("sts", "chinese", "retrieval", "transfer"):
         out = tmp_path / f"{suite}.json"
         args = ["--suite", suite, "--refined", "refined", "--out", str(out)]
+        if suite in ("sts", "chinese"):
+            args += ["--predictions", str(tmp_path / f"{suite}.npz")]
         if suite == "transfer":
             args += ["--params", str(params)]
             params.write_text(params.read_text().replace("tasks: [MR, CR", "tasks: [MRPC, CR"))
@@ -249,3 +252,19 @@ def test_refine_then_evaluate_with_and_without_refinement(
             continue
         assert set(metrics["repal"]) == set(metrics["whitening"]) == plain
         assert metrics["repal"]["avg"] != metrics["avg"]
+    scored = np.load(tmp_path / "sts.npz")
+    assert sorted(scored.files) == ["STSBenchmark/gold", "STSBenchmark/predicted"]
+    sts = json.loads((tmp_path / "sts.json").read_text())
+    assert (
+        spearman(scored["STSBenchmark/predicted"], scored["STSBenchmark/gold"])
+        == sts["STSBenchmark"]
+    )
+    assert sorted(np.load(tmp_path / "chinese.npz").files) == [
+        "PAWSX/gold",
+        "PAWSX/predicted",
+        "STS-B/gold",
+        "STS-B/predicted",
+    ]
+    args = ["--suite", "transfer", "--out", "t.json", "--predictions", "t.npz"]
+    result = run_stage("evaluate.py", args, tmp_path, stage_env)
+    assert result.returncode == 1 and "error: --predictions: only for" in result.stderr

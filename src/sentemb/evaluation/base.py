@@ -1,8 +1,10 @@
 """What every evaluator shares: the encoder protocol, cosine scoring and the skip record.
 
 Evaluators return flat metric dicts (`{"STS12": 72.1, "STS12/MSRpar": 60.3, ...}`) and write no
-files; stages write them. An encoder is anything with `encode(sentences, batch_size)` returning a
-dense `np.ndarray` or a sparse matrix (the TF-IDF baseline), one row per sentence.
+files; stages write them. Those scored by Spearman over pairs also keep each pair's predicted and
+gold score of their last call in `pairs` (compare's bootstrap resamples them). An encoder is
+anything with `encode(sentences, batch_size)` returning a dense `np.ndarray` or a sparse matrix
+(the TF-IDF baseline), one row per sentence.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class Evaluator(ABC):
     def __init__(self, root: Path, batch_size: int = 128) -> None:
         self.root, self.batch_size = Path(root), batch_size
         self.skipped: dict[str, str] = {}
+        self.pairs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     @abstractmethod
     def __call__(self, encoder: SentenceEncoder) -> dict[str, float]: ...

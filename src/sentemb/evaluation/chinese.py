@@ -58,13 +58,14 @@ class ChineseEvaluator(Evaluator):
             for task in self.config.tasks
             if self.available(dataset_name(task), f".{self.split}.")
         }
-        metrics = {
-            task: spearman(
+        self.pairs = {
+            task: (
                 cosine_scores(for_set(encoder, task), {task: pairs}, self.batch_size)[task],
                 pairs.gold,
             )
             for task, pairs in sets.items()
         }
+        metrics = {task: spearman(*scored) for task, scored in self.pairs.items()}
         if metrics:
             metrics["avg"] = float(np.mean(list(metrics.values())))
         return metrics

@@ -81,6 +81,7 @@ class STSEvaluator(Evaluator):
     def __call__(self, encoder: SentenceEncoder) -> dict[str, float]:
         sets = self._pair_sets()
         scores = cosine_scores(encoder, sets, self.batch_size)
+        self.pairs = {name: (scores[name], pairs.gold) for name, pairs in sets.items()}
         metrics: dict[str, float] = {}
         for year in (t for t in STS_SUBSETS if f"{t}/{STS_SUBSETS[t][0]}" in sets):
             names = [f"{year}/{subset}" for subset in STS_SUBSETS[year]]

@@ -15,6 +15,7 @@ from sentemb.evaluation.transfer import TransferConfig, TransferEvaluator
 from sentemb.tfidf import TfidfConfig, TfidfEncoder
 
 SUITES = ("sts", "transfer", "chinese", "retrieval")
+PAIR_SUITES = ("sts", "chinese")  # scored by Spearman over pairs: their evaluators keep `pairs`
 
 
 def build_evaluator(suite: str, params: dict[str, Any], root: Path, batch_size: int) -> Evaluator:
