@@ -1,35 +1,27 @@
-"""The Markdown result tables."""
+"""The Markdown summary: mean ± std cells, refined rows after their method, reference rows."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-from sentemb.report import refine_table, table
+from sentemb.report import spread, suite_table
 
 
-def test_table_rows_and_missing_values(tmp_path: Path) -> None:
-    (tmp_path / "a").mkdir()
-    (tmp_path / "a" / "chinese.json").write_text(json.dumps({"ATEC": 12.345, "avg": 1.0}))
-    text = table("chinese", {"mine": tmp_path / "a", "absent": tmp_path / "b"})
-    assert text.splitlines() == [
+def test_cells() -> None:
+    assert spread({"mean": 76.434, "std": 0.456, "n": 3}) == "76.43 ± 0.46"
+    assert spread({"mean": 76.434, "std": 0.0, "n": 1}) == "76.43"
+    assert spread(None) == "-"
+
+
+def test_suite_table_rows() -> None:
+    stats = {"mean": 10.0, "std": 1.0, "n": 2}
+    methods = {
+        "simcse": {"chinese": {"ATEC": stats, "avg": stats}, "chinese/repal": {"avg": stats}}
+    }
+    singles = {"TF-IDF": {"chinese": {"ATEC": 12.345, "avg": 1.0, "whitening": {"avg": 2.0}}}}
+    assert suite_table("chinese", methods, singles).splitlines() == [
         "| model | ATEC | BQ | LCQMC | PAWSX | STS-B | avg |",
         "|---|---:|---:|---:|---:|---:|---:|",
-        "| mine | 12.35 | - | - | - | - | 1.00 |",
+        "| simcse | 10.00 ± 1.00 | - | - | - | - | 10.00 ± 1.00 |",
+        "| simcse + RepAL | - | - | - | - | - | 10.00 ± 1.00 |",
+        "| TF-IDF | 12.35 | - | - | - | - | 1.00 |",
+        "| TF-IDF + whitening | - | - | - | - | - | 2.00 |",
     ]
-
-
-def test_refined_rows_follow_their_model(tmp_path: Path) -> None:
-    plain = {"ATEC": 10.0, "avg": 10.0}
-    metrics = {**plain, "repal": {"ATEC": 11.0, "avg": 11.0}, "skipped": {"BQ": "absent"}}
-    (tmp_path / "chinese.json").write_text(json.dumps(metrics))
-    rows = table("chinese", {"m": tmp_path}).splitlines()[2:]
-    assert rows == [
-        "| m | 10.00 | - | - | - | - | 10.00 |",
-        "| m + RepAL | 11.00 | - | - | - | - | 11.00 |",
-    ]
-    scopes = {"fit_on": "corpus", "english": {"lambda1": 0.1, "lambda2": 1.2, "dev/none": 80.0}}
-    (tmp_path / "refine.json").write_text(json.dumps(scopes))
-    assert refine_table({"m": tmp_path}).splitlines()[2] == (
-        "| m: english | 0.10 | 1.20 | 80.00 | - | - | - | - | - |"
-    )

@@ -268,3 +268,100 @@ def test_refine_then_evaluate_with_and_without_refinement(
     args = ["--suite", "transfer", "--out", "t.json", "--predictions", "t.npz"]
     result = run_stage("evaluate.py", args, tmp_path, stage_env)
     assert result.returncode == 1 and "error: --predictions: only for" in result.stderr
+
+
+def fake_run(root: Path, name: str, noise: float, rng: np.random.Generator, analysis: dict) -> None:
+    """A run's files as train/evaluate/analyze write them, with scores computed from
+    synthetic pair predictions (STS12 of two subsets, STS-B; two Chinese sets)."""
+    sets = {
+        "sts": {"STS12/a": 40, "STS12/b": 30, "STSBenchmark": 60},
+        "chinese": {"ATEC": 50, "BQ": 40},
+    }
+    for suite, sizes in sets.items():
+        arrays = {}
+        for name_, size in sizes.items():
+            gold = np.random.default_rng(size).uniform(0, 5, size)
+            arrays[f"{name_}/gold"] = gold
+            arrays[f"{name_}/predicted"] = gold / 5 + rng.normal(0, noise, size)
+        (root / "predictions" / name).mkdir(parents=True, exist_ok=True)
+        np.savez(root / "predictions" / name / f"{suite}.npz", **arrays)
+        tasks = {}
+        for task in dict.fromkeys(k.split("/")[0] for k in sizes):
+            keys = [k for k in sizes if k.split("/")[0] == task]
+            tasks[task] = spearman(
+                np.concatenate([arrays[f"{k}/predicted"] for k in keys]),
+                np.concatenate([arrays[f"{k}/gold"] for k in keys]),
+            )
+        metrics = {**tasks, "avg": float(np.mean(list(tasks.values())))}
+        if suite == "sts":
+            metrics["repal"] = {k: v + 1 for k, v in metrics.items()}
+        write_json_file(root / "metrics/runs" / name / f"{suite}.json", metrics)
+    write_json_file(
+        root / "metrics/runs" / name / "transfer.json", {"MR": 70.0 + noise, "avg": 70.0}
+    )
+    write_json_file(root / "metrics/runs" / name / "retrieval.json", {"avg": 50.0})
+    write_json_file(root / "metrics/runs" / name / "train.json", {"sentences": 500})
+    write_json_file(root / "metrics/runs" / name / "analysis.json", analysis)
+    for kind in ("loss", "dev"):
+        curve = [{"step": s, kind: 1.0 / s + noise} for s in (1, 2, 3)]
+        write_json_file(root / "plots/runs" / name / f"{kind}_curve.json", curve)
+
+
+def write_json_file(path: Path, data: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+
+
+def test_analyze_then_compare(
+    tiny_model_dir: Path, mirror: Path, stage_env, tmp_path: Path
+) -> None:
+    """analyze (tiny model, real STS-B test), then compare over 2 methods x 2 seeds of synthetic
+    runs: report, metrics, plots; a missing run file is one error and writes nothing."""
+    params = write_params(tmp_path, mirror, compare={"resamples": 200})
+    values = yaml.safe_load(params.read_text()) | {"methods": ["simcse", "sscl"], "seeds": [1, 2]}
+    params.write_text(yaml.safe_dump(values))
+    analysis = tmp_path / "analysis.json"
+    args = ["--model", str(tiny_model_dir), "--out", str(analysis), "--data", str(mirror)]
+    result = run_stage("analyze.py", args, tmp_path, stage_env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    measured = json.loads(analysis.read_text())
+    assert measured["sentences"] > 2000 and measured["positive_pairs"] > 100
+    assert len(measured["token_wise"]) == 3 and len(measured["inter_layer"]) == 2
+    assert measured["uniformity"] < 0 < measured["alignment"]
+    rng = np.random.default_rng(0)
+    for method, noise in (("simcse", 0.3), ("sscl", 0.1)):
+        for seed in (1, 2):
+            fake_run(tmp_path, f"{method}-{seed}", noise, rng, measured)
+    for folder in ("metrics/reference", "metrics/tfidf"):
+        for suite in ("sts", "transfer", "chinese", "retrieval"):
+            write_json_file(tmp_path / folder / f"{suite}.json", {"avg": 40.0})
+    write_json_file(tmp_path / "metrics/reference/analysis.json", measured)
+    result = run_stage("compare.py", [], tmp_path, stage_env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    compared = json.loads((tmp_path / "metrics/compare.json").read_text())
+    assert compared["methods"]["sscl"]["sts"]["avg"]["n"] == 2
+    assert set(compared["methods"]["simcse"]) == {
+        "sts",
+        "sts/repal",
+        "transfer",
+        "chinese",
+        "retrieval",
+    }
+    sts = compared["paired"]["sscl"]["sts"]
+    assert set(sts) == {"STS12", "STSBenchmark", "avg"}
+    assert sts["avg"]["low"] > 0 and sts["avg"]["significant"]  # less noise, clearly better
+    report = (tmp_path / "reports/summary.md").read_text()
+    assert "| sscl + RepAL |" in report and "## Against simcse" in report
+    assert "| reference (untrained) |" in report and "## Deviations from the papers" in report
+    for name in ("training", "alignment_uniformity", "cosine_density", "layers"):
+        assert (tmp_path / f"plots/compare/{name}.png").read_bytes()[:4] == b"\x89PNG"
+    (tmp_path / "metrics/runs/sscl-2/chinese.json").unlink()
+    (tmp_path / "reports/summary.md").unlink()
+    result = run_stage("compare.py", [], tmp_path, stage_env)
+    assert result.returncode == 1
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith("error: metrics/runs/sscl-2/chinese.json: not found")
+    )
+    assert not (tmp_path / "reports/summary.md").exists()

@@ -1,10 +1,21 @@
-"""Markdown tables of the metrics files, in the papers' layout: `python -m sentemb.report`."""
+"""The Markdown summary of stage `compare` (`reports/summary.md`), in the papers' layout.
+
+Tables per suite (STS x7 + avg, transfer x7 + avg, Chinese x5 + avg, retrieval): a row per method
+with mean ± std over seeds, its refined rows, then the single-run reference rows; the paired
+tests against the baseline; the protocol and the deviations from the papers.
+"""
 
 from __future__ import annotations
 
-import argparse
-import json
-from pathlib import Path
+from collections.abc import Mapping
+from typing import Any
+
+from sentemb.compare import NO_DIFFERENCE
+from sentemb.config import section
+from sentemb.encoder import ModelConfig
+from sentemb.evaluation.chinese import ChineseConfig
+from sentemb.refine import RefineConfig
+from sentemb.training.loop import TrainConfig
 
 COLUMNS = {
     "sts": ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness", "avg"],
@@ -21,68 +32,158 @@ COLUMNS = {
         "avg",
     ],
 }
-ROWS = {
-    "trained": "metrics",
-    "reference (untrained)": "metrics/reference",
-    "TF-IDF": "metrics/tfidf",
+TITLES = {
+    "sts": "STS (Spearman x 100 of cosine vs gold; STS12-16 pooled, the 'all' setting)",
+    "transfer": "Transfer (SentEval accuracy)",
+    "chinese": "Chinese STS (Spearman x 100)",
+    "retrieval": "Retrieval (MAP / MRR@10 x 100)",
 }
 REFINED = {"repal": "RepAL", "whitening": "whitening"}
-REFINE_COLUMNS = {
-    "λ1": "lambda1",
-    "λ2": "lambda2",
-    "dev": "dev/none",
-    "dev RepAL": "dev/repal",
-    "dev whitening": "dev/whitening",
-    "cos": "cosine/none",
-    "cos RepAL": "cosine/repal",
-    "cos whitening": "cosine/whitening",
-}
+PAPER_CORPUS = 1_000_000
+PAPER_BACKBONES = ("bert-base", "bert-large", "roberta-base", "roberta-large")
 
 
-def markdown(header: list[str], rows: list[tuple[str, dict]], keys: list[str]) -> str:
+def protocol(params: dict[str, Any], sentences: int) -> tuple[dict[str, str], list[str]]:
+    """The protocol choices in force and the deviations from the papers they amount to;
+    `sentences` is the training corpus size the runs saw."""
+    model = section(params, "model", ModelConfig)
+    train = section(params, "train", TrainConfig)
+    chinese = section(params, "eval.chinese", ChineseConfig).model or model.name_or_path
+    fit_on = section(params, "refine", RefineConfig).fit_on
+    head = " + MLP head" if train.mlp_head else ""
+    length = f"{train.max_steps} steps" if train.max_steps else f"{train.epochs} epoch(s)"
+    choices = {
+        "model": model.name_or_path,
+        "pooler": f"training {train.pooler}{head}; test {train.eval_pooler}; reference rows"
+        f" {model.pooler} (auto = the model's own pooling)",
+        "max length": f"training {train.max_length} tokens; evaluation"
+        f" {model.max_length or 'the model maximum'}",
+        "STS aggregation": "STS12-16 'all' (subsets pooled); STS-B and SICK-R test",
+        "selection": f"{train.selection} dev Spearman every {train.eval_steps} steps, best kept",
+        "training": f"{sentences:,} sentences ({train.corpus}), batch {train.batch_size},"
+        f" lr {train.learning_rate:g}, {length}",
+        "Chinese model": chinese,
+        "refinements fitted on": fit_on,
+    }
+    deviations = [
+        "transfer: scikit-learn logistic regression (lbfgs), not SentEval's classifier",
+        "retrieval: QQP and AskUbuntu are skipped when absent (offline); the QQP protocol is"
+        " also applied to LCQMC, BQ and MRPC test (`eval.retrieval.offline_sets`)",
+    ]
+    if not any(name in model.name_or_path for name in PAPER_BACKBONES):
+        deviations.append(f"backbone {model.name_or_path}; the papers train BERT/RoBERTa")
+    if train.corpus == "wiki" and sentences < PAPER_CORPUS:
+        deviations.append(f"{sentences:,} training sentences; the papers use 1M")
+    if chinese == model.name_or_path:
+        deviations.append("Chinese sets scored with the English model; papers use a Chinese BERT")
+    if fit_on == "corpus":
+        deviations.append("RepAL's v̂ and whitening fitted on the training corpus, not the test set")
+    return choices, deviations
+
+
+def markdown(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table, first column left-aligned, the others right-aligned."""
     lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
-    for name, metrics in rows:
-        cells = [f"{metrics[k]:.2f}" if k in metrics else "-" for k in keys]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
 
 
-def table(suite: str, rows: dict[str, Path]) -> str:
-    """One Markdown table: a row per metrics folder, each followed by its refined rows (RepAL,
-    whitening) when the file has them; `-` where a value is missing."""
-    found = []
-    for name, folder in rows.items():
-        path = folder / f"{suite}.json"
-        if path.is_file():
-            metrics = json.loads(path.read_text())
-            found.append((name, metrics))
-            found += [
-                (f"{name} + {label}", metrics[k]) for k, label in REFINED.items() if k in metrics
-            ]
-    return markdown(["model", *COLUMNS[suite]], found, COLUMNS[suite])
+def spread(stats: Mapping[str, float] | None) -> str:
+    """`mean ± std` (the mean alone for one seed), or `-` when missing."""
+    if stats is None:
+        return "-"
+    if stats["n"] < 2:
+        return f"{stats['mean']:.2f}"
+    return f"{stats['mean']:.2f} ± {stats['std']:.2f}"
 
 
-def refine_table(rows: dict[str, Path]) -> str:
-    """The refine stage's choices per model and scope: λs, dev Spearman and the mean cosine of
-    random dev pairs, before and after each refinement."""
-    found = []
-    for name, folder in rows.items():
-        path = folder / "refine.json"
-        if path.is_file():
-            scopes = json.loads(path.read_text())
-            found += [(f"{name}: {s}", v) for s, v in scopes.items() if isinstance(v, dict)]
-    return markdown(["model: fitted on", *REFINE_COLUMNS], found, list(REFINE_COLUMNS.values()))
+def suite_table(
+    suite: str, methods: Mapping[str, Mapping[str, Any]], singles: Mapping[str, Mapping]
+) -> str:
+    """Rows: each method (`methods[m][suite]` and `[f"{suite}/{refinement}"]` hold per-key
+    mean/std/n), then each single run (`singles[name][suite]`: a metrics file's content)."""
+    keys = COLUMNS[suite]
+    rows = []
+    for method, sections in methods.items():
+        for name, label in (
+            (suite, method),
+            *((f"{suite}/{k}", f"{method} + {v}") for k, v in REFINED.items()),
+        ):
+            if name in sections:
+                rows.append([label, *(spread(sections[name].get(k)) for k in keys)])
+    for name, files in singles.items():
+        metrics = files.get(suite)
+        if metrics is None:
+            continue
+        for values, label in (
+            (metrics, name),
+            *((metrics.get(k), f"{name} + {v}") for k, v in REFINED.items()),
+        ):
+            if values is not None:
+                rows.append([label, *(f"{values[k]:.2f}" if k in values else "-" for k in keys)])
+    return markdown(["model", *keys], rows)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--root", default=".", type=Path)
-    args = parser.parse_args()
-    rows = {name: args.root / folder for name, folder in ROWS.items()}
+def paired_table(
+    paired: Mapping[str, Mapping[str, Mapping]], baseline: str, confidence: float
+) -> str:
+    """One row per method, suite and task: difference to the baseline, interval, seed test."""
+    rows = []
+    for method, suites in paired.items():
+        for suite, tasks in suites.items():
+            for task, r in tasks.items():
+                verdict = "significant" if r["significant"] else NO_DIFFERENCE
+                p = "-" if r["p_seeds"] is None else f"{r['p_seeds']:.3f}"
+                rows.append(
+                    [
+                        f"{method} - {baseline}",
+                        f"{suite} {task}",
+                        f"{r['difference']:+.2f}",
+                        f"[{r['low']:+.2f}, {r['high']:+.2f}]",
+                        p,
+                        verdict,
+                    ]
+                )
+    header = [
+        "methods",
+        "task",
+        "Δ mean",
+        f"{confidence:.0%} CI (bootstrap)",
+        "p (t-test, seeds)",
+        "",
+    ]
+    return markdown(header, rows)
+
+
+def summary(
+    methods: Mapping[str, Mapping[str, Any]],
+    singles: Mapping[str, Mapping],
+    paired: Mapping[str, Mapping],
+    choices: Mapping[str, str],
+    deviations: list[str],
+    seeds: list[int],
+    resamples: int,
+    confidence: float,
+) -> str:
+    """The whole report."""
+    baseline = next(iter(methods))
+    parts = [
+        "# Summary",
+        f"Methods {', '.join(methods)}, seeds {', '.join(map(str, seeds))}: mean ± sample std"
+        " over seeds. Reference rows are single runs (deterministic). Produced by stage"
+        " `compare` (`dvc repro`).",
+    ]
     for suite in COLUMNS:
-        print(f"**{suite}**\n\n{table(suite, rows)}\n")
-    print(f"**refine**\n\n{refine_table(rows)}\n")
-
-
-if __name__ == "__main__":
-    main()
+        parts += [f"## {TITLES[suite]}", suite_table(suite, methods, singles)]
+    if paired:
+        parts += [
+            f"## Against {baseline}",
+            f"Paired bootstrap over the test pairs ({resamples} resamples, percentile interval of"
+            " the difference in mean-over-seeds Spearman; pooled STS years resampled within"
+            " each subset) and a paired t-test over seeds. Where the interval covers 0:"
+            f" {NO_DIFFERENCE}.",
+            paired_table(paired, baseline, confidence),
+        ]
+    parts += ["## Protocol", "\n".join(f"- {k}: {v}" for k, v in choices.items())]
+    parts += ["## Deviations from the papers", "\n".join(f"- {d}" for d in deviations)]
+    return "\n\n".join(parts) + "\n"

@@ -1,0 +1,105 @@
+"""What a trained encoder's space looks like, beyond its scores.
+
+- Alignment and uniformity (Wang & Isola, 2020; plotted per method in IS-CSE Fig. 3):
+  ``align = E_(x, x+) |f(x) - f(x+)|^2`` over positive pairs, ``uniform = log E_(x, y)
+  exp(-t |f(x) - f(y)|^2)`` over all pairs of distinct sentences, on L2-normalised vectors.
+  Positive pairs are the STS-B pairs with a gold score above a threshold (SimCSE §5: > 4).
+- Over-smoothing (SSCL, Chen et al., 2023, §2): token-wise similarity, eq. 1, the mean cosine of
+  the distinct token pairs of a sentence, per layer; inter-layer similarity, eq. 2, the cosine
+  of a sentence's representations in adjacent layers (SSCL Fig. 1 and 4, on STS-B test).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from scipy.spatial.distance import pdist
+from sklearn.preprocessing import normalize
+
+from sentemb.encoder import Encoder, masked_mean
+
+
+@dataclass
+class AnalysisConfig:
+    """Params section `analysis`."""
+
+    positive_threshold: float = 4.0
+    uniformity_t: float = 2.0
+
+    def validate(self) -> list[str]:
+        return (
+            [] if self.uniformity_t > 0 else [f"uniformity_t: must be > 0, got {self.uniformity_t}"]
+        )
+
+
+def alignment(first: np.ndarray, second: np.ndarray) -> float:
+    """Mean squared distance of the normalised rows of `first` and `second` (Wang & Isola, α=2)."""
+    return float(np.mean(np.sum((normalize(first) - normalize(second)) ** 2, axis=1)))
+
+
+def uniformity(vectors: np.ndarray, t: float = 2.0) -> float:
+    """``log mean exp(-t |x - y|^2)`` over the distinct pairs of normalised rows."""
+    squared = pdist(normalize(vectors), "sqeuclidean")
+    return float(np.log(np.mean(np.exp(-t * squared))))
+
+
+def token_similarity(tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """SSCL eq. 1 per sentence: the mean cosine over the ordered pairs u != v of its tokens.
+
+    `tokens` is (batch, length, dim); `mask` is 1 on the tokens that count. With unit vectors the
+    sum over u != v is |sum_u x_u|^2 - m. Sentences with fewer than two tokens give NaN.
+    """
+    unit = torch.nn.functional.normalize(tokens.float(), dim=-1) * mask.unsqueeze(-1)
+    m = mask.sum(1).float()
+    total = unit.sum(1).pow(2).sum(-1) - m
+    return torch.where(m > 1, total / (m * (m - 1)).clamp(min=1.0), torch.nan)
+
+
+def layer_vectors(
+    encoder: Encoder, hidden: torch.Tensor, attention_mask: torch.Tensor
+) -> torch.Tensor:
+    """A layer's sentence vectors: [CLS] for the [CLS] poolers, else the masked token mean."""
+    if encoder.pooler in ("cls", "cls_before_pooler"):
+        return hidden[:, 0]
+    return masked_mean(hidden, attention_mask)
+
+
+@torch.inference_mode()
+def over_smoothing(
+    encoder: Encoder, sentences: Sequence[str], batch_size: int
+) -> dict[str, list[float]]:
+    """Per layer (0 = embeddings), averaged over `sentences`: eq. 1 over each sentence's own
+    tokens (no [CLS], [SEP] or padding), and eq. 2 between each layer and the next."""
+    encoder.eval()
+    token_wise, inter_layer = [], []
+    for start in range(0, len(sentences), batch_size):
+        batch = encoder.tokenizer(
+            list(sentences[start : start + batch_size]),
+            padding=True,
+            truncation=True,
+            max_length=encoder.max_length,
+            return_tensors="pt",
+            return_special_tokens_mask=True,
+        )
+        words = batch["attention_mask"] * (1 - batch.pop("special_tokens_mask"))
+        batch = batch.to(encoder.device)
+        hidden = encoder(batch["input_ids"], batch["attention_mask"]).hidden_states
+        token_wise.append(torch.stack([token_similarity(h.cpu(), words) for h in hidden], 1))
+        vectors = [layer_vectors(encoder, h, batch["attention_mask"]).float() for h in hidden]
+        inter_layer.append(
+            torch.stack(
+                [
+                    torch.nn.functional.cosine_similarity(a, b, dim=-1).cpu()
+                    for a, b in itertools.pairwise(vectors)
+                ],
+                dim=1,
+            )
+        )
+    return {
+        "token_wise": torch.cat(token_wise).nanmean(0).tolist(),
+        "inter_layer": torch.cat(inter_layer).mean(0).tolist(),
+    }

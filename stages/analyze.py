@@ -1,0 +1,68 @@
+"""Stage `analyze`: alignment, uniformity and over-smoothing of one encoder on STS-B test.
+
+    python stages/analyze.py --model models/simcse-42 --out metrics/runs/simcse-42/analysis.json
+
+Without `--model` it analyses the model training starts from (`model.name_or_path`) with the
+pooler training evaluates (`train.eval_pooler`): the "before training" of SSCL Fig. 1 and 4.
+Writes `alignment` and `uniformity` (Wang & Isola; IS-CSE Fig. 3) and, per layer, `token_wise`
+(SSCL eq. 1; index 0 = the embedding layer) and `inter_layer` (eq. 2; entry i = layers i, i+1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from sentemb.analysis import AnalysisConfig, alignment, over_smoothing, uniformity
+from sentemb.cli import run_stage
+from sentemb.config import load_params, section
+from sentemb.data.readers import read_stsb
+from sentemb.encoder import Encoder, ModelConfig
+from sentemb.evaluation.base import embed
+from sentemb.io import write_json
+from sentemb.tracking import mlflow_run
+from sentemb.training.loop import TrainConfig
+
+log = logging.getLogger("analyze")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--model", help="a trained model folder (default: before training)")
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--data", default="data/raw", type=Path)
+    parser.add_argument("--params", default="params.yaml")
+    args = parser.parse_args()
+    params = load_params(args.params)
+    config = section(params, "analysis", AnalysisConfig)
+    model = section(params, "model", ModelConfig)
+    if args.model is None:
+        name, pooler = model.name_or_path, section(params, "train", TrainConfig).eval_pooler
+    else:
+        name, pooler = args.model, "auto"
+    pairs = read_stsb(args.data, "test")
+    tracked = {"model": name, "pooler": pooler, "analysis": params.get("analysis", {})}
+    with mlflow_run("analyze", tracked, run_name=f"analyze:{name}") as run:
+        encoder = Encoder.from_pretrained(name, pooler, model.max_length, model.trust_remote_code)
+        vectors, row = embed(encoder, [*pairs.first, *pairs.second], model.batch_size)
+        positive = [i for i, score in enumerate(pairs.scores) if score > config.positive_threshold]
+        first = vectors[[row[pairs.first[i]] for i in positive]]
+        second = vectors[[row[pairs.second[i]] for i in positive]]
+        result = {
+            "model": name,
+            "pooler": encoder.pooler,
+            "sentences": len(row),
+            "positive_pairs": len(positive),
+            "alignment": alignment(first, second),
+            "uniformity": uniformity(vectors, config.uniformity_t),
+            **over_smoothing(encoder, list(row), model.batch_size),
+        }
+        write_json(args.out, result)
+        run.log_metrics({"alignment": result["alignment"], "uniformity": result["uniformity"]})
+        run.log_artifact(args.out)
+    log.info("alignment %.3f, uniformity %.3f", result["alignment"], result["uniformity"])
+
+
+if __name__ == "__main__":
+    run_stage(main)

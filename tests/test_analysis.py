@@ -1,0 +1,49 @@
+"""Alignment, uniformity (Wang & Isola) and SSCL's over-smoothing measures, by hand."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from sentemb.analysis import alignment, over_smoothing, token_similarity, uniformity
+from sentemb.encoder import Encoder
+
+
+def test_alignment_by_hand() -> None:
+    first = np.array([[1.0, 0.0], [0.0, 2.0]])
+    second = np.array([[0.0, 3.0], [0.0, 1.0]])  # unit vectors: distance^2 2 and 0
+    assert alignment(first, second) == pytest.approx(1.0)
+
+
+def test_uniformity_by_hand() -> None:
+    vectors = np.array([[1.0, 0.0], [0.0, 1.0], [-2.0, 0.0]])  # squared distances 2, 4, 2
+    expected = math.log((math.exp(-4) + math.exp(-8) + math.exp(-4)) / 3)
+    assert uniformity(vectors, t=2.0) == pytest.approx(expected)
+
+
+def test_token_similarity_eq1_by_hand() -> None:
+    tokens = torch.tensor(
+        [[[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [5.0, 5.0]], [[1.0, 0.0], [9.0, 9.0], [0, 0], [0, 0]]]
+    )
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]])
+    # first sentence: cos 0, 1/sqrt2, 1/sqrt2 over 3 unordered pairs; second has one token
+    result = token_similarity(tokens, mask)
+    assert result[0].item() == pytest.approx(math.sqrt(2) / 3)
+    assert math.isnan(result[1].item())
+
+
+def test_over_smoothing_on_a_tiny_model(tiny_encoder: Encoder) -> None:
+    sentences = ["a cat sat on the mat", "dogs bark", "the quick brown fox jumps"]
+    result = over_smoothing(tiny_encoder, sentences, batch_size=2)
+    layers = tiny_encoder.backbone.config.num_hidden_layers
+    assert len(result["token_wise"]) == layers + 1 and len(result["inter_layer"]) == layers
+    batch = tiny_encoder.tokenize(sentences[1:2])
+    with torch.inference_mode():
+        hidden = tiny_encoder(batch["input_ids"], batch["attention_mask"]).hidden_states
+    first = torch.nn.functional.cosine_similarity(hidden[0][0, 0], hidden[1][0, 0], dim=0)
+    single = over_smoothing(tiny_encoder, sentences[1:2], batch_size=1)
+    assert single["inter_layer"][0] == pytest.approx(first.item(), abs=1e-5)  # eq. 2 on [CLS]
+    assert all(-1.0 <= v <= 1.0 for v in result["token_wise"] + result["inter_layer"])

@@ -1,0 +1,145 @@
+"""Seeds and significance: the paired bootstrap on cases with a known answer, and its pieces."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import bootstrap, spearmanr, ttest_rel
+
+from sentemb.compare import (
+    CompareConfig,
+    PairTask,
+    bootstrap_scores,
+    centred_ranks,
+    density_bins,
+    interval,
+    mean_std,
+    pair_tasks,
+    paired_comparison,
+    resample_indices,
+    run_plan,
+    seed_test,
+    spearman_rows,
+)
+from sentemb.config import ConfigError, section
+
+
+def one_task(predicted: dict[str, list[np.ndarray]], gold: np.ndarray) -> dict[str, PairTask]:
+    return {"t": PairTask(gold, np.zeros(len(gold), dtype=int), predicted)}
+
+
+def test_spearman_rows_is_scipy_spearman_with_ties() -> None:
+    predicted = np.array([[1.0, 2.0, 2.0, 5.0, 0.5], [3.0, 1.0, 4.0, 1.0, 5.0]])
+    gold = np.array([[0.0, 1.0, 1.0, 4.0, 2.0], [2.0, 2.0, 3.0, 0.0, 5.0]])
+    expected = [100 * spearmanr(p, g).statistic for p, g in zip(predicted, gold, strict=True)]
+    assert spearman_rows(predicted, centred_ranks(gold)) == pytest.approx(expected)
+
+
+def test_monotone_transform_gives_exactly_zero_and_no_significant_difference() -> None:
+    rng = np.random.default_rng(0)
+    gold = rng.uniform(0, 5, 50)
+    seeds = [gold + rng.normal(0, 1, 50) for _ in range(3)]
+    transformed = [np.exp(p) for p in seeds]  # same ranks, so the same Spearman on any resample
+    replicates = bootstrap_scores(one_task({"a": seeds, "b": transformed}, gold), 200, 0)
+    assert np.all(replicates["a"]["t"] - replicates["b"]["t"] == pytest.approx(0.0, abs=1e-9))
+    per_seed = {m: {"t": [80.0, 81.0, 79.0], "avg": [80.0, 81.0, 79.0]} for m in ("a", "b")}
+    result = paired_comparison(replicates, per_seed, "b", "a", 0.95)
+    assert result["t"]["difference"] == 0.0
+    assert result["t"]["low"] == pytest.approx(0.0) and result["t"]["high"] == pytest.approx(0.0)
+    assert not result["t"]["significant"] and result["t"]["p_seeds"] is None
+
+
+def test_perfect_against_reversed_differs_by_200_on_every_resample() -> None:
+    gold = np.arange(20.0)
+    replicates = bootstrap_scores(one_task({"a": [gold], "b": [-gold]}, gold), 100, 1)
+    difference = replicates["a"]["t"] - replicates["b"]["t"]
+    assert np.allclose(difference, 200.0)
+    assert interval(difference, 0.95) == pytest.approx((200.0, 200.0))
+
+
+def test_interval_agrees_with_scipy_paired_bootstrap() -> None:
+    rng = np.random.default_rng(3)
+    gold = rng.uniform(0, 5, 300)
+    a, b = gold + rng.normal(0, 1, 300), gold + rng.normal(0, 2, 300)
+    replicates = bootstrap_scores(one_task({"a": [a], "b": [b]}, gold), 4000, 0)
+    ours = interval(replicates["a"]["t"] - replicates["b"]["t"], 0.95)
+
+    def difference(g: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
+        return 100 * (spearmanr(x, g).statistic - spearmanr(y, g).statistic)
+
+    scipy_ci = bootstrap(
+        (gold, a, b),
+        difference,
+        paired=True,
+        vectorized=False,
+        n_resamples=4000,
+        method="percentile",
+        random_state=0,
+    ).confidence_interval
+    assert ours == pytest.approx((scipy_ci.low, scipy_ci.high), abs=0.6)
+    observed = difference(gold, a, b)
+    assert ours[0] < observed < ours[1] and ours[0] > 0  # a is clearly better
+
+
+def test_strata_are_resampled_within_themselves() -> None:
+    strata = np.array([0, 0, 0, 1, 1, 2])
+    index = resample_indices(strata, 50, np.random.default_rng(0))
+    assert index.shape == (50, 6)
+    assert np.all(strata[index] == strata)
+
+
+def test_avg_is_the_mean_of_the_tasks_within_each_replicate() -> None:
+    rng = np.random.default_rng(4)
+    gold = rng.uniform(0, 5, 40)
+    tasks = {
+        name: PairTask(gold, np.zeros(40, dtype=int), {"a": [gold + rng.normal(0, s, 40)]})
+        for name, s in (("x", 0.5), ("y", 2.0))
+    }
+    scores = bootstrap_scores(tasks, 30, 0)["a"]
+    assert np.allclose(scores["avg"], (scores["x"] + scores["y"]) / 2)
+
+
+def test_pair_tasks_pool_subsets_of_a_year() -> None:
+    arrays = {
+        "STS12/x/predicted": np.array([1.0, 2.0]),
+        "STS12/x/gold": np.array([1.0, 3.0]),
+        "STS12/y/predicted": np.array([5.0]),
+        "STS12/y/gold": np.array([4.0]),
+        "STSBenchmark/predicted": np.array([0.1, 0.2]),
+        "STSBenchmark/gold": np.array([2.0, 1.0]),
+    }
+    tasks = pair_tasks({"a": [arrays, arrays]})
+    assert list(tasks) == ["STS12", "STSBenchmark"]
+    assert tasks["STS12"].strata.tolist() == [0, 0, 1]
+    assert tasks["STS12"].gold.tolist() == [1.0, 3.0, 4.0]
+    assert [p.tolist() for p in tasks["STS12"].predicted["a"]] == [[1.0, 2.0, 5.0]] * 2
+
+
+def test_seed_statistics() -> None:
+    assert mean_std([1.0, 2.0, 3.0]) == {"mean": 2.0, "std": 1.0, "n": 3}
+    assert mean_std([4.0]) == {"mean": 4.0, "std": 0.0, "n": 1}
+    a, b = [80.0, 81.5, 79.0], [79.0, 80.0, 78.9]
+    assert seed_test(a, b) == pytest.approx(ttest_rel(a, b).pvalue)
+    assert seed_test([1.0], [0.0]) is None
+
+
+def test_density_bins_by_gold_score() -> None:
+    gold = np.array([0.0, 0.9, 1.0, 4.5, 5.0])
+    bins = density_bins([np.array([0.1, 0.2, 0.3, 0.4, 0.5])], gold, [0, 1, 5])
+    assert list(bins) == ["0-1", "1-5"]
+    assert bins["0-1"].tolist() == [0.1, 0.2] and bins["1-5"].tolist() == [0.3, 0.4, 0.5]
+
+
+def test_run_plan_and_config_errors_name_the_param() -> None:
+    assert run_plan({"methods": ["simcse", "sscl"], "seeds": [1, 2]}) == (
+        ["simcse", "sscl"],
+        [1, 2],
+    )
+    with pytest.raises(ConfigError, match="methods: expected a non-empty list"):
+        run_plan({"methods": "dclr", "seeds": [1]})
+    with pytest.raises(ConfigError, match=r"seeds: \[1, 1\] lists a value twice"):
+        run_plan({"methods": ["dclr"], "seeds": [1, 1]})
+    with pytest.raises(ConfigError, match="seeds: expected integers >= 0"):
+        run_plan({"methods": ["dclr"], "seeds": [-1]})
+    with pytest.raises(ConfigError, match=r"compare\.confidence"):
+        section({"compare": {"confidence": 95}}, "compare", CompareConfig)
