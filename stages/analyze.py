@@ -44,7 +44,9 @@ def main() -> None:
     pairs = read_stsb(args.data, "test")
     tracked = {"model": name, "pooler": pooler, "analysis": params.get("analysis", {})}
     with mlflow_run("analyze", tracked, run_name=f"analyze:{name}") as run:
-        encoder = Encoder.from_pretrained(name, pooler, model.max_length, model.trust_remote_code)
+        encoder = Encoder.from_pretrained(
+            name, pooler, model.max_length, model.trust_remote_code, model.precision
+        )
         vectors, row = embed(encoder, [*pairs.first, *pairs.second], model.batch_size)
         positive = [i for i, score in enumerate(pairs.scores) if score > config.positive_threshold]
         first = vectors[[row[pairs.first[i]] for i in positive]]

@@ -47,6 +47,8 @@ def main() -> None:
     parser.add_argument("--refined", type=Path, help="a refine stage output folder")
     parser.add_argument("--predictions", type=Path, help="an .npz file for every pair's scores")
     args = parser.parse_args()
+    if args.refined is not None and args.model == "tfidf":
+        raise ConfigError("--refined: the TF-IDF baseline is never refined (no mask token)")
     if args.predictions is not None and args.suite not in PAIR_SUITES:
         raise ConfigError(f"--predictions: only for the suites {list(PAIR_SUITES)}")
     params = load_params(args.params)
@@ -75,7 +77,7 @@ def main() -> None:
                 raw["zh"] = raw["en"]  # the Chinese sets still take their own fits
             refined = {
                 language: refinements(
-                    config, fitted, idf, encoder, mask_token(encoder), language == "zh"
+                    config, fitted, idf, encoder, encoder.mask_token, language == "zh"
                 )
                 for language, encoder in raw.items()
             }
@@ -98,11 +100,6 @@ def write_predictions(path: Path, pairs: dict[str, tuple[np.ndarray, np.ndarray]
     }
     with atomic_path(path) as tmp, tmp.open("wb") as handle:
         np.savez(handle, **arrays)
-
-
-def mask_token(encoder: CachedEncoder) -> str | None:
-    """The mask token of a neural encoder's tokenizer (None for TF-IDF or a tokenizer without)."""
-    return getattr(getattr(encoder.encoder, "tokenizer", None), "mask_token", None)
 
 
 if __name__ == "__main__":

@@ -26,8 +26,9 @@ from sentemb.encoder import ModelConfig
 from sentemb.evaluation.chinese import ChineseConfig, ChineseEvaluator, dataset_name
 from sentemb.evaluation.retrieval import CHINESE_PAIR_SETS, RetrievalConfig
 from sentemb.evaluation.suites import load_encoder, model_names
-from sentemb.io import atomic_path, write_json
+from sentemb.io import write_json
 from sentemb.phrases import read_idf
+from sentemb.plots import save
 from sentemb.refine import (
     CHINESE_SCOPE,
     ENGLISH_SCOPE,
@@ -63,10 +64,7 @@ def bound_plot(curve: list[dict[str, float]], path: Path, title: str) -> None:
     right.plot(lambdas, [p["dev"] for p in curve], color="tab:orange", marker=".")
     right.set_ylabel("STS-B dev Spearman x 100", color="tab:orange")
     left.set_title(title)
-    figure.tight_layout()
-    with atomic_path(path) as tmp:
-        figure.savefig(tmp, format="png", dpi=100)
-    plt.close(figure)
+    save(figure, path)
 
 
 def main() -> None:
@@ -90,7 +88,7 @@ def main() -> None:
     run_params = {"model": model, "refine": params.get("refine", {})}
     with mlflow_run("refine", run_params, run_name=f"refine:{model}") as run:
         english = CachedEncoder(load_encoder(model, "en", params, args.data))
-        mask = partial_mask(config, english.encoder.tokenizer.mask_token, False, idf)
+        mask = partial_mask(config, english.mask_token, False, idf)
         corpus = None
         if config.fit_on == "corpus":
             lines = training_corpus(args.data, corpus_name)
@@ -116,7 +114,7 @@ def main() -> None:
         lowest = min(curve, key=lambda p: p["bound"])
         metrics[ENGLISH_SCOPE]["bound/argmin_lambda2"] = lowest["lambda2"]
         chinese = CachedEncoder(load_encoder(chinese_model, "zh", params, args.data))
-        zh_mask = partial_mask(config, chinese.encoder.tokenizer.mask_token, True, None)
+        zh_mask = partial_mask(config, chinese.mask_token, True, None)
         probe = ChineseEvaluator(args.data)
         for name in chinese_sets(params):
             if not probe.available(dataset_name(name), ".valid."):

@@ -60,7 +60,11 @@ def main() -> None:
     }
     sentences = list(training_corpus(args.data, config.corpus))
     encoder = Encoder.from_pretrained(
-        model_config.name_or_path, config.pooler, None, model_config.trust_remote_code
+        model_config.name_or_path,
+        config.pooler,
+        None,
+        model_config.trust_remote_code,
+        model_config.precision,
     )
     method = CombinedMethod(spec, params, encoder, seed)
     dev = STSEvaluator(args.data, model_config.batch_size, split="dev")

@@ -143,6 +143,12 @@ def test_train_stage_end_to_end(
     assert [p["step"] for p in json.loads((work / "plots/dev_curve.json").read_text())] == [2, 4]
     assert (work / "plots/train_curves.png").read_bytes()[:4] == b"\x89PNG"
     assert (work / "model" / "model.safetensors").is_file()
+    artifacts = Path(stage_env["MLFLOW_TRACKING_URI"].removeprefix("sqlite:///")).parent
+    logged = list(artifacts.glob("mlartifacts/*/artifacts/model/model"))
+    assert logged  # the model folder, a sentence-transformers folder, is in MLflow
+    assert {"model.safetensors", "modules.json", "1_Pooling"} <= {
+        p.name for p in logged[0].iterdir()
+    }
 
 
 def test_train_unknown_method_fails_cleanly(downloaded: Path, mirror: Path, stage_env) -> None:
@@ -268,6 +274,10 @@ def test_refine_then_evaluate_with_and_without_refinement(
     args = ["--suite", "transfer", "--out", "t.json", "--predictions", "t.npz"]
     result = run_stage("evaluate.py", args, tmp_path, stage_env)
     assert result.returncode == 1 and "error: --predictions: only for" in result.stderr
+    args = ["--suite", "sts", "--model", "tfidf", "--refined", "refined", "--out", "t.json"]
+    result = run_stage("evaluate.py", args, tmp_path, stage_env)
+    assert result.returncode == 1 and "error: --refined: the TF-IDF baseline" in result.stderr
+    assert not (tmp_path / "t.json").exists()
 
 
 def fake_run(root: Path, name: str, noise: float, rng: np.random.Generator, analysis: dict) -> None:

@@ -87,7 +87,8 @@ def over_smoothing(
         )
         words = batch["attention_mask"] * (1 - batch.pop("special_tokens_mask"))
         batch = batch.to(encoder.device)
-        hidden = encoder(batch["input_ids"], batch["attention_mask"]).hidden_states
+        with encoder.autocast():
+            hidden = encoder(batch["input_ids"], batch["attention_mask"]).hidden_states
         token_wise.append(torch.stack([token_similarity(h.cpu(), words) for h in hidden], 1))
         vectors = [layer_vectors(encoder, h, batch["attention_mask"]).float() for h in hidden]
         inter_layer.append(

@@ -251,10 +251,7 @@ def extract(
     ):
         tmp.mkdir()
         if idf is not None:
-            (tmp / IDF_FILE).write_text(
-                json.dumps({"documents": total, "idf": dict(sorted(idf.items()))}) + "\n",
-                encoding="utf-8",
-            )
+            write_idf(tmp, idf, total)
         with (
             (tmp / "rake.jsonl").open("w", encoding="utf-8") as rake_file,
             (tmp / "keywords.jsonl").open("w", encoding="utf-8") as keyword_file,
@@ -270,6 +267,14 @@ def extract(
                 stats["phrases"] += sum(counts)
                 bar.update(len(rake))
     return stats
+
+
+def write_idf(folder: Path, idf: dict[str, float], documents: int | None = None) -> None:
+    """`idf.json` in `folder`: the IDF table by word and, when known, the documents it came from."""
+    record = {"documents": documents} if documents is not None else {}
+    (folder / IDF_FILE).write_text(
+        json.dumps(record | {"idf": dict(sorted(idf.items()))}) + "\n", encoding="utf-8"
+    )
 
 
 def read_idf(folder: Path) -> dict[str, float]:

@@ -38,7 +38,7 @@ from sentemb.data.readers import PairSet
 from sentemb.evaluation.base import SentenceEncoder, rowwise_cosine, spearman
 from sentemb.evaluation.sts import cosine_scores
 from sentemb.io import atomic_path
-from sentemb.phrases import IDF_FILE, KeywordScorer, nltk_stopwords, read_idf
+from sentemb.phrases import IDF_FILE, KeywordScorer, nltk_stopwords, read_idf, write_idf
 from sentemb.tfidf import WORD_PATTERN
 
 REFINEMENTS = ("repal", "whitening")
@@ -278,6 +278,11 @@ class CachedEncoder:
             self.cache.update(zip(new, vectors, strict=True))
         return np.stack([self.cache[s] for s in sentences])
 
+    @property
+    def mask_token(self) -> str | None:
+        """The mask token of the wrapped encoder's tokenizer (None without one)."""
+        return getattr(getattr(self.encoder, "tokenizer", None), "mask_token", None)
+
 
 class RepALEncoder:
     """Eq. 3 around `encoder`; `mean=None` fits v̂ on the sentences of each call (eq. 2)."""
@@ -392,7 +397,9 @@ def fit_scope(
     sentences = unique([*dev.first, *dev.second])
     metrics = {
         "dev/none": dev_score(encoder),
-        "cosine/none": mean_random_cosine(encoder.encode(sentences), config.pairs, config.seed),
+        "cosine/none": mean_random_cosine(
+            encoder.encode(sentences, batch_size), config.pairs, config.seed
+        ),
     }
     if fitted.whitening is not None:
         metrics["whitening/dims"] = fitted.whitening.kernel.shape[1]
@@ -436,7 +443,7 @@ def save_refinement(
         (tmp / STATE_FILE).write_text(json.dumps(state, indent=1) + "\n", encoding="utf-8")
         save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, tmp / TENSOR_FILE)
         if idf is not None:
-            (tmp / IDF_FILE).write_text(json.dumps({"idf": idf}) + "\n", encoding="utf-8")
+            write_idf(tmp, idf)
 
 
 def load_refinement(

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from helpers import make_trainer
@@ -45,10 +46,13 @@ def test_best_model_is_saved_and_loads(tiny_model_dir: Path, tmp_path: Path) -> 
     from sentence_transformers import SentenceTransformer
 
     st = SentenceTransformer(str(tmp_path / "out"), device="cpu")
-    ours = loaded.encode(["a probe sentence"], show_progress=False)
-    assert torch.allclose(
-        torch.tensor(st.encode(["a probe sentence"])), torch.tensor(ours), atol=1e-5
-    )
+    sentences = ["a probe sentence", "and a second, longer one to pad the first"]
+    for precision in ("fp32", "bf16"):  # the export gives our vectors at the same precision
+        loaded.precision = precision
+        with loaded.autocast():
+            theirs = st.encode(sentences)
+        ours = loaded.encode(sentences, show_progress=False)
+        assert np.allclose(theirs, ours, atol=1e-5), precision
 
 
 KILL_SCRIPT = """

@@ -45,7 +45,9 @@ def load_encoder(name: str, language: str, params: dict[str, Any], data: Path) -
     pooler = model.pooler
     if language == "zh":
         pooler = section(params, "eval.chinese", ChineseConfig).pooler
-    return Encoder.from_pretrained(name, pooler, model.max_length, model.trust_remote_code)
+    return Encoder.from_pretrained(
+        name, pooler, model.max_length, model.trust_remote_code, model.precision
+    )
 
 
 def model_names(params: dict[str, Any], model: str | None) -> tuple[str, str]:

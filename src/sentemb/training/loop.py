@@ -3,10 +3,11 @@
 Recipe (Gao et al., 2021, §3 and App. A): two dropout views of each sentence in one forward pass,
 an MLP head (dense + tanh, freshly initialised) over the [CLS] vector in training only, the raw
 [CLS] vector at test, max length 32, batch 64, lr 3e-5, 1 epoch, AdamW with linear decay, model
-selection on STS-B dev every `eval_steps`. CUDA with bf16/fp16 autocast when present, CPU
-otherwise. `torchrun --nproc_per_node=K` splits the global batch across processes and gathers
-the vectors with gradient, so the in-batch negatives are those of the global batch; gradients are
-then averaged, which gives exactly the single-process gradient of the global batch.
+selection on STS-B dev every `eval_steps`. CUDA when present, CPU otherwise; bf16 autocast on
+both under `precision: auto` (fp16 on a GPU without bf16). `torchrun --nproc_per_node=K` splits
+the global batch across processes and gathers the vectors with gradient, so the in-batch
+negatives are those of the global batch; gradients are then averaged, which gives exactly the
+single-process gradient of the global batch.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import torch.distributed as dist
 from torch import nn
 from tqdm.auto import tqdm
 
-from sentemb.encoder import POOLERS, Encoder, EncoderOutput, pool
+from sentemb.encoder import POOLERS, Encoder, EncoderOutput, autocast_dtype, pool
 from sentemb.io import atomic_path
 from sentemb.methods import CombinedMethod
 from sentemb.methods.base import TrainState, Views
@@ -116,15 +117,6 @@ def pick_device(name: str, rank: int) -> torch.device:
     if torch.cuda.is_available():
         return torch.device("cuda", rank % torch.cuda.device_count())
     return torch.device("cpu")
-
-
-def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    """bf16 (or fp16) autocast on CUDA under `auto`; fp32 elsewhere unless asked."""
-    if precision == "auto":
-        if device.type != "cuda":
-            return None
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
 
 
 class Trainer:
