@@ -16,7 +16,7 @@ repro: install
 	$(ENV) dvc repro
 
 test: install
-	$(ENV) ruff check src stages tests && pytest -q
+	$(ENV) ruff check src stages tests benchmarks && pytest -q
 
 lint: install
-	$(ENV) ruff check src stages tests
+	$(ENV) ruff check src stages tests benchmarks

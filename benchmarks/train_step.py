@@ -4,7 +4,8 @@
     python benchmarks/train_step.py --methods simcse --steps 10
 
 Same encoder (`model.name_or_path` of params.yaml), batch 64, max length 32, the precision the
-pipeline picks (fp32 on CPU), the same sentences. The floor is SimCSE without the pipeline:
+pipeline picks (`train.precision`; bf16 autocast by default, the floor under the same autocast),
+the same sentences. The floor is SimCSE without the pipeline:
 one forward of the two dropout views, [CLS] through a dense + tanh head, InfoNCE written
 inline (cross-entropy over the cosine matrix / τ), backward, AdamW. Each configuration runs two
 warm-up steps, then `--steps` timed steps (tokenization included); the floor runs before and
@@ -33,7 +34,7 @@ from torch import nn
 
 from sentemb.config import load_params, section
 from sentemb.data.readers import read_corpus
-from sentemb.encoder import Encoder, ModelConfig
+from sentemb.encoder import Encoder, ModelConfig, autocast_dtype
 from sentemb.methods.base import CombinedMethod
 from sentemb.training.loop import TrainConfig, Trainer
 
@@ -63,16 +64,18 @@ def floor_step(
     head = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh())
     parameters = [*backbone.parameters(), *head.parameters()]
     optimizer = torch.optim.AdamW(parameters, lr=config.learning_rate)
+    dtype = autocast_dtype(config.precision, torch.device("cpu"))
     backbone.train()
 
     def step(i: int) -> None:
         batch = encoder.tokenize(batches[i], config.max_length)
         ids = batch["input_ids"].repeat(2, 1)
         mask = batch["attention_mask"].repeat(2, 1)
-        cls = backbone(input_ids=ids, attention_mask=mask).last_hidden_state[:, 0]
-        first, second = head(cls).chunk(2)
-        similarity = F.normalize(first, dim=-1) @ F.normalize(second, dim=-1).T / tau
-        loss = F.cross_entropy(similarity, torch.arange(len(first)))
+        with torch.autocast("cpu", dtype or torch.float32, enabled=dtype is not None):
+            cls = backbone(input_ids=ids, attention_mask=mask).last_hidden_state[:, 0]
+            first, second = head(cls).chunk(2)
+            similarity = F.normalize(first, dim=-1) @ F.normalize(second, dim=-1).T / tau
+        loss = F.cross_entropy(similarity.float(), torch.arange(len(first)))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()

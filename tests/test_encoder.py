@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from sentemb.config import ConfigError
+from sentemb.config import ConfigError, section
 from sentemb.encoder import (
     DEFAULT_MODEL,
     Encoder,
+    ModelConfig,
+    autocast_dtype,
     pool,
     resolve_model,
     sentence_transformers_pooler,
@@ -80,3 +82,18 @@ def test_sentence_transformers_cls_config(tmp_path: Path) -> None:
 def test_max_length_defaults_to_model_maximum(tiny_model_dir: Path) -> None:
     assert Encoder.from_pretrained(str(tiny_model_dir)).max_length == 128
     assert Encoder.from_pretrained(str(tiny_model_dir), max_length=16).max_length == 16
+
+
+def test_precision_param_and_bf16_encoding(tiny_encoder: Encoder) -> None:
+    cpu = torch.device("cpu")
+    assert autocast_dtype("auto", cpu) == torch.bfloat16 and autocast_dtype("fp32", cpu) is None
+    with pytest.raises(ConfigError, match=r"model\.precision: 'int8' is not one of"):
+        section({"model": {"precision": "int8"}}, "model", ModelConfig)
+    sentences = ["a short one", "and a somewhat longer sentence to encode"]
+    tiny_encoder.precision = "fp32"
+    full = tiny_encoder.encode(sentences, show_progress=False)
+    tiny_encoder.precision = "bf16"
+    half = tiny_encoder.encode(sentences, show_progress=False)
+    assert half.dtype == np.float32 and not np.array_equal(full, half)
+    cosine = (full * half).sum(1) / np.linalg.norm(full, axis=1) / np.linalg.norm(half, axis=1)
+    assert cosine.min() > 0.99

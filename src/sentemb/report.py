@@ -62,6 +62,7 @@ def protocol(params: dict[str, Any], sentences: int) -> tuple[dict[str, str], li
         "selection": f"{train.selection} dev Spearman every {train.eval_steps} steps, best kept",
         "training": f"{sentences:,} sentences ({train.corpus}), batch {train.batch_size},"
         f" lr {train.learning_rate:g}, {length}",
+        "precision": f"training {train.precision}, encoding {model.precision} (auto: bf16)",
         "Chinese model": chinese,
         "refinements fitted on": fit_on,
     }
@@ -76,6 +77,8 @@ def protocol(params: dict[str, Any], sentences: int) -> tuple[dict[str, str], li
         deviations.append(f"{sentences:,} training sentences; the papers use 1M")
     if chinese == model.name_or_path:
         deviations.append("Chinese sets scored with the English model; papers use a Chinese BERT")
+    if "fp32" not in (model.precision, train.precision):
+        deviations.append("bf16 autocast in training and encoding; the papers use fp32/fp16")
     if fit_on == "corpus":
         deviations.append("RepAL's v̂ and whitening fitted on the training corpus, not the test set")
     return choices, deviations

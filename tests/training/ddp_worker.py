@@ -16,7 +16,9 @@ from helpers import make_trainer
 def main() -> None:
     model_dir, spec, out = sys.argv[1:4]
     rank = int(os.environ["RANK"])
-    trainer = make_trainer(Path(model_dir), spec, Path(out).parent / f"ck{rank}", dropout_free=True)
+    trainer = make_trainer(
+        Path(model_dir), spec, Path(out).parent / f"ck{rank}", dropout_free=True, precision="fp32"
+    )
     logs, _ = trainer.compute_gradients(0)
     if trainer.rank == 0:
         grads = {
