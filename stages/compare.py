@@ -106,7 +106,7 @@ def main() -> None:
     with mlflow_run("compare", tracked, run_name="compare") as run:
         aggregated = {m: aggregate(f) for m, f in files.items()}
         paired: dict[str, dict] = {m: {} for m in methods[1:]}
-        for suite, by_method in predictions.items():
+        for suite, by_method in predictions.items() if len(methods) > 1 else ():
             tasks = pair_tasks(by_method)
             replicates = bootstrap_scores(tasks, config.resamples, config.seed)
             per_seed = {
@@ -137,6 +137,7 @@ def main() -> None:
             aggregated,
             singles,
             paired,
+            analysis | {BEFORE: {k: mean_std([before[k]]) for k in ("alignment", "uniformity")}},
             choices,
             deviations,
             seeds,
@@ -191,6 +192,8 @@ def write_plots(
     ]
     write_json(out / "alignment_uniformity.json", points)
     plots.alignment_uniformity(points, out / "alignment_uniformity.png")
+    if "STSBenchmark/predicted" not in next(iter(predictions["sts"].values()))[0]:
+        raise ConfigError("eval.sts.tasks: compare's cosine density plot needs STSBenchmark")
     panels = {
         m: density_bins(
             [p["STSBenchmark/predicted"] for p in per_seed], per_seed[0]["STSBenchmark/gold"], bins

@@ -91,13 +91,13 @@ def markdown(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def spread(stats: Mapping[str, float] | None) -> str:
+def spread(stats: Mapping[str, float] | None, digits: int = 2) -> str:
     """`mean ± std` (the mean alone for one seed), or `-` when missing."""
     if stats is None:
         return "-"
     if stats["n"] < 2:
-        return f"{stats['mean']:.2f}"
-    return f"{stats['mean']:.2f} ± {stats['std']:.2f}"
+        return f"{stats['mean']:.{digits}f}"
+    return f"{stats['mean']:.{digits}f} ± {stats['std']:.{digits}f}"
 
 
 def suite_table(
@@ -162,6 +162,7 @@ def summary(
     methods: Mapping[str, Mapping[str, Any]],
     singles: Mapping[str, Mapping],
     paired: Mapping[str, Mapping],
+    analysis: Mapping[str, Mapping[str, Mapping[str, float]]],
     choices: Mapping[str, str],
     deviations: list[str],
     seeds: list[int],
@@ -187,6 +188,13 @@ def summary(
             f" {NO_DIFFERENCE}.",
             paired_table(paired, baseline, confidence),
         ]
+    rows = [
+        [m, *(spread(v[k], 3) for k in ("alignment", "uniformity"))] for m, v in analysis.items()
+    ]
+    parts += [
+        "## Alignment and uniformity (Wang & Isola; STS-B test, lower is better)",
+        markdown(["model", "alignment", "uniformity"], rows),
+    ]
     parts += ["## Protocol", "\n".join(f"- {k}: {v}" for k, v in choices.items())]
     parts += ["## Deviations from the papers", "\n".join(f"- {d}" for d in deviations)]
     return "\n\n".join(parts) + "\n"
