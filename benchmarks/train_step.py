@@ -34,7 +34,7 @@ from torch import nn
 
 from sentemb.config import load_params, section
 from sentemb.data.readers import read_corpus
-from sentemb.encoder import Encoder, ModelConfig, autocast_dtype
+from sentemb.encoder import Encoder, ModelConfig, autocast_dtype, resolve_model
 from sentemb.methods.base import CombinedMethod
 from sentemb.training.loop import TrainConfig, Trainer
 
@@ -83,6 +83,34 @@ def floor_step(
     return step
 
 
+def sentence_transformers_step(
+    model: str, config: TrainConfig, batches: list[list[str]], tau: float
+) -> Callable[[int], None]:
+    """The SimCSE step users write with sentence-transformers: [CLS] pooling,
+    `MultipleNegativesRankingLoss` (scale 1/τ) over each sentence paired with itself (two
+    forward passes, two dropout views), AdamW, under the pipeline's autocast."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer import losses, modules
+
+    transformer = modules.Transformer(resolve_model(model), max_seq_length=config.max_length)
+    pooling = modules.Pooling(transformer.get_embedding_dimension(), "cls")
+    network = SentenceTransformer(modules=[transformer, pooling], device="cpu")
+    objective = losses.MultipleNegativesRankingLoss(network, scale=1.0 / tau)
+    optimizer = torch.optim.AdamW(network.parameters(), lr=config.learning_rate)
+    dtype = autocast_dtype(config.precision, torch.device("cpu"))
+    network.train()
+
+    def step(i: int) -> None:
+        features = network.tokenize(batches[i])
+        with torch.autocast("cpu", dtype or torch.float32, enabled=dtype is not None):
+            loss = objective([features, dict(features)], None)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    return step
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument(
@@ -109,6 +137,10 @@ def main() -> None:
         return timed(floor_step(encoder, config, batches, tau), args.steps)
 
     floor_first = floor()
+    torch.manual_seed(seed)
+    results["sentence-transformers"] = {
+        "seconds": timed(sentence_transformers_step(model, config, batches, tau), args.steps)
+    }
     for spec in args.methods:
         encoder = Encoder.from_pretrained(model, config.pooler)
         method = CombinedMethod(spec, params, encoder, seed)
