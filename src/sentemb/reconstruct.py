@@ -1,6 +1,6 @@
 """Ask a PaSeR-trained model's decoder to reconstruct masked phrases (PaSeR Table 7).
 
-    python -m sentemb.reconstruct --model models/trained "Do I need a transit visa for London?"
+    python -m sentemb.reconstruct --model models/paser-42 "Do I need a transit visa for London?"
 
 Prints, per sentence, the original, the masked copy (its top RAKE phrases masked, as in
 training) and the decoder's greedy reconstruction of the masked phrases, each ended by its
@@ -44,7 +44,9 @@ def reconstruct(model: Path, sentences: list[str], language: str) -> list[dict[s
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--model", default="models/trained", type=Path)
+    parser.add_argument(
+        "--model", required=True, type=Path, help="a PaSeR run, e.g. models/paser-42"
+    )
     parser.add_argument("--language", default="english", help="RAKE stopword language")
     parser.add_argument("sentences", nargs="+")
     args = parser.parse_args()
