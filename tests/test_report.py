@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sentemb.report import spread, suite_table
+from sentemb.report import paired_table, spread, suite_table
 
 
 def test_cells() -> None:
@@ -24,4 +24,15 @@ def test_suite_table_rows() -> None:
         "| simcse + RepAL | - | - | - | - | - | 10.00 ± 1.00 |",
         "| TF-IDF | 12.35 | - | - | - | - | 1.00 |",
         "| TF-IDF + whitening | - | - | - | - | - | 2.00 |",
+    ]
+
+
+def test_paired_rows_follow_the_tables_order_with_a_verdict() -> None:
+    covers = {"difference": 0.2, "low": -0.1, "high": 0.5, "significant": False, "p_seeds": None}
+    above = {"difference": 1.0, "low": 0.4, "high": 1.6, "significant": True, "p_seeds": 0.0123}
+    text = paired_table({"sscl": {"sts": {"avg": covers, "STS12": above}}}, "simcse", 0.95)
+    assert text.splitlines()[0].endswith("| p (t-test, seeds) | verdict |")
+    assert text.splitlines()[2:] == [
+        "| sscl - simcse | sts STS12 | +1.00 | [+0.40, +1.60] | 0.012 | significant |",
+        "| sscl - simcse | sts avg | +0.20 | [-0.10, +0.50] | - | no significant difference |",
     ]

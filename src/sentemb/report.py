@@ -130,11 +130,13 @@ def suite_table(
 def paired_table(
     paired: Mapping[str, Mapping[str, Mapping]], baseline: str, confidence: float
 ) -> str:
-    """One row per method, suite and task: difference to the baseline, interval, seed test."""
+    """One row per method, suite and task (in the tables' order): difference to the baseline,
+    bootstrap interval, seed test, verdict."""
     rows = []
     for method, suites in paired.items():
         for suite, tasks in suites.items():
-            for task, r in tasks.items():
+            for task in sorted(tasks, key=lambda k: COLUMNS[suite].index(k)):
+                r = tasks[task]
                 verdict = "significant" if r["significant"] else NO_DIFFERENCE
                 p = "-" if r["p_seeds"] is None else f"{r['p_seeds']:.3f}"
                 rows.append(
@@ -153,7 +155,7 @@ def paired_table(
         "Δ mean",
         f"{confidence:.0%} CI (bootstrap)",
         "p (t-test, seeds)",
-        "",
+        "verdict",
     ]
     return markdown(header, rows)
 
