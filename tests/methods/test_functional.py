@@ -591,3 +591,19 @@ def test_seeded_dclr_step_is_deterministic() -> None:
 
     assert torch.equal(run(0), run(0))
     assert not torch.equal(run(0), run(1))
+
+
+def test_losses_run_in_fp32_under_autocast() -> None:
+    """Under bf16 autocast the logits are still fp32 (cos/τ at τ = 0.05 needs the mantissa)."""
+    generator = torch.Generator().manual_seed(0)
+    anchors = torch.randn(6, 8, generator=generator)
+    positives = anchors + 0.01 * torch.randn(6, 8, generator=generator)
+    plain = info_nce(anchors, positives, 0.05)
+    with torch.autocast("cpu", torch.bfloat16):
+        inside = info_nce(anchors, positives, 0.05)
+        from_bf16 = info_nce(anchors.bfloat16(), positives.bfloat16(), 0.05)
+        similarities = cosine_matrix(anchors, positives)
+    assert inside.dtype == from_bf16.dtype == similarities.dtype == torch.float32
+    assert torch.equal(inside, plain)
+    expected = info_nce(anchors.bfloat16().float(), positives.bfloat16().float(), 0.05)
+    assert torch.equal(from_bf16, expected)

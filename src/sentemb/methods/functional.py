@@ -92,18 +92,24 @@ Ambiguities resolved (and how)
    ``[round(ratio × B), d]`` set for the whole batch.
 9. A weight of 0 removes a term exactly: weights enter as ``logit + log w`` with ``-inf`` where
    ``w == 0`` inside a log-sum-exp, never as ``w × exp(logit)``.
+10. Similarities and losses run in fp32 with autocast off (`in_fp32`), also when the encoder runs
+   under bf16/fp16 autocast: the papers' logits are cos/τ with τ = 0.05.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
-from typing import Literal, NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Literal, NamedTuple, ParamSpec, TypeVar
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 __all__ = [
     "ComplementaryWeights",
@@ -137,6 +143,35 @@ _NORM_EPS = 1e-12
 # --------------------------------------------------------------------------------------------
 # Shared helpers
 # --------------------------------------------------------------------------------------------
+
+
+def _fp32_argument(value: object) -> object:
+    if isinstance(value, Tensor) and value.dtype in (torch.float16, torch.bfloat16):
+        return value.float()
+    if isinstance(value, list | tuple) and any(isinstance(v, Tensor) for v in value):
+        return type(value)(_fp32_argument(v) for v in value)
+    return value
+
+
+def in_fp32(function: Callable[P, R]) -> Callable[P, R]:
+    """Run a loss or similarity with autocast off and half-precision inputs cast to fp32.
+
+    At τ = 0.05 a cosine logit of 20 moves in steps of 0.125 in bf16 (8-bit mantissa), which
+    blurs the in-batch softmax; CUDA autocast keeps `cosine_similarity` and the losses in fp32
+    for the same reason (SimCSE's fp16 code relies on it). Embeddings are [B, d], so this costs
+    nothing next to the encoder.
+    """
+
+    @functools.wraps(function)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)]
+        device = tensors[0].device.type if tensors else "cpu"
+        with torch.autocast(device, enabled=False):
+            args = tuple(_fp32_argument(a) for a in args)  # type: ignore[assignment]
+            kwargs = {k: _fp32_argument(v) for k, v in kwargs.items()}  # type: ignore[assignment]
+            return function(*args, **kwargs)
+
+    return wrapper
 
 
 def _normalize(x: Tensor) -> Tensor:
@@ -233,6 +268,7 @@ def _extra_lists(
 # --------------------------------------------------------------------------------------------
 
 
+@in_fp32
 def cosine_matrix(a: Tensor, b: Tensor) -> Tensor:
     """Pairwise cosine similarities ``[n, m]`` of ``a [n, d]`` and ``b [m, d]``.
 
@@ -244,6 +280,7 @@ def cosine_matrix(a: Tensor, b: Tensor) -> Tensor:
     return _normalize(a) @ _normalize(b).transpose(0, 1)
 
 
+@in_fp32
 def info_nce(
     anchors: Tensor,
     positives: Tensor,
@@ -387,6 +424,7 @@ def knn_indices(queries: Tensor, buffer: Tensor, k: int, skip_top: int = 0) -> T
     return top[:, skip_top:]
 
 
+@in_fp32
 def knn_aggregate(
     queries: Tensor, buffer: Tensor, k: int, beta: float, skip_top: int = 0
 ) -> Tensor:
@@ -421,6 +459,7 @@ class KMeansResult(NamedTuple):
     assignments: Tensor
 
 
+@in_fp32
 def spherical_kmeans(
     points: Tensor,
     num_clusters: int,
@@ -463,6 +502,7 @@ def spherical_kmeans(
     return KMeansResult(centers, assignments)
 
 
+@in_fp32
 def kmeans_aggregate(
     queries: Tensor,
     buffer: Tensor,
@@ -559,6 +599,7 @@ def noise_negatives(
     return noise * sigma
 
 
+@in_fp32
 def non_uniformity_loss(
     anchors: Tensor,
     positives: Tensor,
@@ -579,6 +620,7 @@ def non_uniformity_loss(
     return _reduce(torch.logsumexp(noise_logits, dim=1) - positive_logits, reduction)
 
 
+@in_fp32
 def non_uniformity_ascent(
     noise: Tensor,
     anchors: Tensor,
