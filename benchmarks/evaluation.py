@@ -28,7 +28,7 @@ import torch
 from sentemb.config import load_params, section
 from sentemb.data.readers import read_sick, read_sts_year, read_stsb
 from sentemb.data.sources import STS_SUBSETS
-from sentemb.encoder import Encoder, ModelConfig, autocast_dtype, resolve_model
+from sentemb.encoder import Encoder, ModelConfig, resolve_model
 from sentemb.evaluation.sts import STSEvaluator
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,7 +85,6 @@ def main() -> None:
         model.name_or_path, model.pooler, None, False, model.precision
     )
     network = SentenceTransformer(resolve_model(model.name_or_path), device="cpu")
-    dtype = autocast_dtype(model.precision, torch.device("cpu"))
     evaluator = STSEvaluator(args.data, model.batch_size)
     seconds: dict[str, list[float]] = {"ours": [], "sentence-transformers": []}
     spearman: dict[str, dict[str, float]] = {}
@@ -97,7 +96,7 @@ def main() -> None:
                 k: v for k, v in evaluator(encoder).items() if "/" not in k and k != "avg"
             }
         else:
-            with torch.autocast("cpu", dtype or torch.float32, enabled=dtype is not None):
+            with encoder.autocast():  # the same autocast as ours
                 spearman[name] = theirs(network, args.data, model.batch_size)
         seconds[name].append(time.perf_counter() - started)
 

@@ -26,27 +26,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
-from train_step import CORPUS, ROOT, WARMUP, timed
+from train_step import CORPUS, ROOT, WARMUP, pipeline_trainer, timed
 
 from sentemb.config import load_params, section
 from sentemb.data.readers import read_corpus, read_stsb
 from sentemb.encoder import Encoder, ModelConfig
 from sentemb.evaluation.sts import STSEvaluator
-from sentemb.methods.base import CombinedMethod
-from sentemb.training.loop import TrainConfig, Trainer
+from sentemb.training.loop import TrainConfig
 
 PRECISIONS = ("fp32", "bf16")
-
-
-def trainer(params: dict, config: TrainConfig, sentences: list[str], out: Path) -> Trainer:
-    """A SimCSE trainer on the default model; `config.precision` picks the autocast."""
-    model = section(params, "model", ModelConfig)
-    encoder = Encoder.from_pretrained(
-        model.name_or_path, config.pooler, None, False, config.precision
-    )
-    torch.manual_seed(params["seeds"][0])
-    method = CombinedMethod("simcse", params, encoder, params["seeds"][0])
-    return Trainer(encoder, method, config, sentences, lambda e: 0.0, params["seeds"][0], out, {})
 
 
 def main() -> None:
@@ -82,11 +70,13 @@ def main() -> None:
     for precision in PRECISIONS:
         config = replace(base, precision=precision, max_steps=10**6, checkpoint_steps=10**9)
         with tempfile.TemporaryDirectory() as folder:
-            step[precision] = timed(trainer(params, config, corpus, Path(folder)).step, args.steps)
+            step[precision] = timed(
+                pipeline_trainer(params, "simcse", config, corpus, Path(folder)).step, args.steps
+            )
         if args.train_steps:
             config = replace(config, max_steps=args.train_steps, eval_steps=args.train_steps)
             with tempfile.TemporaryDirectory() as folder:
-                run = trainer(params, config, corpus, Path(folder))
+                run = pipeline_trainer(params, "simcse", config, corpus, Path(folder))
                 for i in range(args.train_steps):
                     run.step(i)
                 run.encoder.pooler, run.encoder.precision = base.eval_pooler, precision

@@ -64,14 +64,13 @@ def floor_step(
     head = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh())
     parameters = [*backbone.parameters(), *head.parameters()]
     optimizer = torch.optim.AdamW(parameters, lr=config.learning_rate)
-    dtype = autocast_dtype(config.precision, torch.device("cpu"))
     backbone.train()
 
     def step(i: int) -> None:
         batch = encoder.tokenize(batches[i], config.max_length)
         ids = batch["input_ids"].repeat(2, 1)
         mask = batch["attention_mask"].repeat(2, 1)
-        with torch.autocast("cpu", dtype or torch.float32, enabled=dtype is not None):
+        with encoder.autocast():
             cls = backbone(input_ids=ids, attention_mask=mask).last_hidden_state[:, 0]
             first, second = head(cls).chunk(2)
             similarity = F.normalize(first, dim=-1) @ F.normalize(second, dim=-1).T / tau
@@ -81,6 +80,19 @@ def floor_step(
         optimizer.step()
 
     return step
+
+
+def pipeline_trainer(
+    params: dict, spec: str, config: TrainConfig, sentences: list[str], checkpoints: Path
+) -> Trainer:
+    """The pipeline's trainer for `spec` on `model.name_or_path` from the first of `seeds`, no
+    dev scoring; `config.precision` picks the autocast of training and of `encode`."""
+    seed = params["seeds"][0]
+    model = section(params, "model", ModelConfig).name_or_path
+    encoder = Encoder.from_pretrained(model, config.pooler, None, False, config.precision)
+    torch.manual_seed(seed)
+    method = CombinedMethod(spec, params, encoder, seed)
+    return Trainer(encoder, method, config, sentences, lambda e: 0.0, seed, checkpoints, {})
 
 
 def sentence_transformers_step(
@@ -133,7 +145,7 @@ def main() -> None:
 
     def floor() -> list[float]:
         torch.manual_seed(seed)
-        encoder = Encoder.from_pretrained(model, config.pooler)
+        encoder = Encoder.from_pretrained(model, config.pooler, None, False, config.precision)
         return timed(floor_step(encoder, config, batches, tau), args.steps)
 
     floor_first = floor()
@@ -142,12 +154,8 @@ def main() -> None:
         "seconds": timed(sentence_transformers_step(model, config, batches, tau), args.steps)
     }
     for spec in args.methods:
-        encoder = Encoder.from_pretrained(model, config.pooler)
-        method = CombinedMethod(spec, params, encoder, seed)
         with tempfile.TemporaryDirectory() as checkpoints:
-            trainer = Trainer(
-                encoder, method, config, sentences, lambda e: 0.0, seed, Path(checkpoints), {}
-            )
+            trainer = pipeline_trainer(params, spec, config, sentences, Path(checkpoints))
             results[spec] = {"seconds": timed(trainer.step, args.steps)}
         print(spec, statistics.median(results[spec]["seconds"]))
     # the floor runs first and last, so drift within the run shows and is averaged out

@@ -38,6 +38,7 @@ from sentemb.tracking import flatten, mlflow_run
 log = logging.getLogger("compare")
 REFERENCE = "reference (untrained)"
 BEFORE = "before training"
+GEOMETRY = ("alignment", "uniformity")
 
 
 def read_json(path: Path) -> dict:
@@ -102,6 +103,9 @@ def main() -> None:
         }
         for suite in PAIR_SUITES
     }
+    if "STSBenchmark/predicted" not in predictions["sts"][baseline][0]:
+        raise ConfigError("eval.sts.tasks: compare's cosine density plot needs STSBenchmark")
+    before = read_json(args.reference / "analysis.json")
     tracked = {"methods": methods, "seeds": seeds, "compare": params.get("compare", {})}
     with mlflow_run("compare", tracked, run_name="compare") as run:
         aggregated = {m: aggregate(f) for m, f in files.items()}
@@ -117,13 +121,9 @@ def main() -> None:
                     replicates, per_seed, method, baseline, config.confidence
                 )
         analysis = {
-            m: {
-                k: mean_std([f["analysis"][k] for f in files[m]])
-                for k in ("alignment", "uniformity")
-            }
+            m: {k: mean_std([f["analysis"][k] for f in files[m]]) for k in GEOMETRY}
             for m in methods
         }
-        before = read_json(args.reference / "analysis.json")
         result = {
             "baseline": baseline,
             "seeds": seeds,
@@ -131,13 +131,25 @@ def main() -> None:
             "analysis": analysis,
             "paired": paired,
         }
-        write_plots(files, runs, predictions, before, config.bins, args.curves, args.plots)
+        untrained = {k: mean_std([before[k]]) for k in GEOMETRY}
+        sts = {m: aggregated[m]["sts"]["avg"]["mean"] for m in methods}
+        write_plots(
+            files,
+            runs,
+            predictions,
+            before,
+            {BEFORE: untrained} | analysis,
+            sts,
+            config.bins,
+            args.curves,
+            args.plots,
+        )
         choices, deviations = protocol(params, files[baseline][0]["train"]["sentences"])
         text = summary(
             aggregated,
             singles,
             paired,
-            analysis | {BEFORE: {k: mean_std([before[k]]) for k in ("alignment", "uniformity")}},
+            analysis | {BEFORE: untrained},
             choices,
             deviations,
             seeds,
@@ -158,11 +170,14 @@ def write_plots(
     runs: dict[str, list[str]],
     predictions: dict[str, dict[str, list[dict[str, np.ndarray]]]],
     before: dict,
+    analysis: dict[str, dict[str, dict[str, float]]],
+    sts: dict[str, float],
     bins: list[float],
     curves: Path,
     out: Path,
 ) -> None:
-    """The four comparison plots, and the alignment-uniformity points as DVC plot data."""
+    """The four comparison plots, and the alignment-uniformity points as DVC plot data
+    (`analysis`: mean/std per model, before training included; `sts`: each method's STS avg)."""
     plots.method_curves(
         {
             m: {
@@ -174,26 +189,11 @@ def write_plots(
         out / "training.png",
     )
     points = [
-        {
-            "model": BEFORE,
-            "alignment": before["alignment"],
-            "uniformity": before["uniformity"],
-            "sts": None,
-        }
-    ]
-    points += [
-        {
-            "model": m,
-            "alignment": float(np.mean([f["analysis"]["alignment"] for f in fs])),
-            "uniformity": float(np.mean([f["analysis"]["uniformity"] for f in fs])),
-            "sts": float(np.mean([f["sts"]["avg"] for f in fs])),
-        }
-        for m, fs in files.items()
+        {"model": m, **{k: v["mean"] for k, v in values.items()}, "sts": sts.get(m)}
+        for m, values in analysis.items()
     ]
     write_json(out / "alignment_uniformity.json", points)
     plots.alignment_uniformity(points, out / "alignment_uniformity.png")
-    if "STSBenchmark/predicted" not in next(iter(predictions["sts"].values()))[0]:
-        raise ConfigError("eval.sts.tasks: compare's cosine density plot needs STSBenchmark")
     panels = {
         m: density_bins(
             [p["STSBenchmark/predicted"] for p in per_seed], per_seed[0]["STSBenchmark/gold"], bins
