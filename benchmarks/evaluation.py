@@ -1,13 +1,15 @@
 """The 7 STS test sets end to end: the pipeline's evaluator against sentence-transformers'.
 
     python benchmarks/evaluation.py
+    python benchmarks/evaluation.py --rounds 1 --tasks STSBenchmark   # a quick check
 
-Ours: `STSEvaluator` over STS12-16, STS-B and SICK-R (one encode pass over the distinct sentences
-of all sets, length-sorted batches). Theirs: one `EmbeddingSimilarityEvaluator` per set, as its
-users run it, each over the pooled pairs of that set (the "all" setting). Same model
-(`model.name_or_path` with its own pooling), batch size and autocast (`model.precision`); both
-read the pairs with the pipeline's readers inside the timed region. Rounds alternate which runs
-first. Needs the download stage's `data/raw`. Writes `benchmarks/evaluation.json`.
+Ours: `STSEvaluator` over STS12-16, STS-B and SICK-R, or the `--tasks` given (one encode pass
+over the distinct sentences of all sets, length-sorted batches). Theirs: one
+`EmbeddingSimilarityEvaluator` per set, as its users run it, each over the pooled pairs of that
+set (the "all" setting). Same model (`model.name_or_path` with its own pooling), batch size and
+autocast (`model.precision`); both read the pairs with the pipeline's readers inside the timed
+region. Rounds alternate which runs first. Needs the download stage's `data/raw`. Writes
+`benchmarks/evaluation.json`.
 """
 
 from __future__ import annotations
@@ -29,34 +31,34 @@ from sentemb.config import load_params, section
 from sentemb.data.readers import read_sick, read_sts_year, read_stsb
 from sentemb.data.sources import STS_SUBSETS
 from sentemb.encoder import Encoder, ModelConfig, resolve_model
-from sentemb.evaluation.sts import STSEvaluator
+from sentemb.evaluation.sts import STS_TASKS, STSConfig, STSEvaluator
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def pair_sets(root: Path) -> dict[str, tuple[list[str], list[str], list[float]]]:
+def pair_sets(root: Path, tasks: list[str]) -> dict[str, tuple[list[str], list[str], list[float]]]:
     """Each test set's pooled pairs (first sentences, second sentences, gold)."""
     sets = {}
-    for year in STS_SUBSETS:
-        subsets = list(read_sts_year(root, year).values())
-        sets[year] = tuple(
+    for task in tasks:
+        if task in STS_SUBSETS:
+            subsets = list(read_sts_year(root, task).values())
+        elif task == "STSBenchmark":
+            subsets = [read_stsb(root, "test")]
+        else:
+            subsets = [read_sick(root, "test_annotated")]
+        sets[task] = tuple(
             list(itertools.chain.from_iterable(getattr(p, k) for p in subsets))
             for k in ("first", "second", "scores")
         )
-    for name, pairs in (
-        ("STSBenchmark", read_stsb(root, "test")),
-        ("SICKRelatedness", read_sick(root, "test_annotated")),
-    ):
-        sets[name] = (pairs.first, pairs.second, pairs.scores)
     return sets
 
 
-def theirs(model: object, root: Path, batch_size: int) -> dict[str, float]:
+def theirs(model: object, root: Path, batch_size: int, tasks: list[str]) -> dict[str, float]:
     """One sentence-transformers evaluator per set; Spearman x 100 of cosine per set."""
     from sentence_transformers.sentence_transformer.evaluation import EmbeddingSimilarityEvaluator
 
     scores = {}
-    for name, (first, second, gold) in pair_sets(root).items():
+    for name, (first, second, gold) in pair_sets(root, tasks).items():
         evaluator = EmbeddingSimilarityEvaluator(
             first,
             second,
@@ -74,6 +76,7 @@ def theirs(model: object, root: Path, batch_size: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--tasks", nargs="+", default=list(STS_TASKS), choices=STS_TASKS)
     parser.add_argument("--data", type=Path, default=ROOT / "data/raw")
     parser.add_argument("--params", default=str(ROOT / "params.yaml"))
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("evaluation.json"))
@@ -85,7 +88,7 @@ def main() -> None:
         model.name_or_path, model.pooler, None, False, model.precision
     )
     network = SentenceTransformer(resolve_model(model.name_or_path), device="cpu")
-    evaluator = STSEvaluator(args.data, model.batch_size)
+    evaluator = STSEvaluator(args.data, model.batch_size, STSConfig(args.tasks))
     seconds: dict[str, list[float]] = {"ours": [], "sentence-transformers": []}
     spearman: dict[str, dict[str, float]] = {}
 
@@ -97,13 +100,14 @@ def main() -> None:
             }
         else:
             with encoder.autocast():  # the same autocast as ours
-                spearman[name] = theirs(network, args.data, model.batch_size)
+                spearman[name] = theirs(network, args.data, model.batch_size, args.tasks)
         seconds[name].append(time.perf_counter() - started)
 
     for round_ in range(args.rounds):
         for name in list(seconds) if round_ % 2 == 0 else list(seconds)[::-1]:
             run(name)
-    sentences = {s for first, second, _ in pair_sets(args.data).values() for s in (*first, *second)}
+    sets = pair_sets(args.data, args.tasks)
+    sentences = {s for first, second, _ in sets.values() for s in (*first, *second)}
     medians = {k: statistics.median(v) for k, v in seconds.items()}
     report = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
@@ -111,6 +115,7 @@ def main() -> None:
         "torch": torch.__version__,
         "model": model.name_or_path,
         "precision": model.precision,
+        "tasks": args.tasks,
         "unique_sentences": len(sentences),
         "seconds": seconds,
         "medians": medians,

@@ -32,7 +32,7 @@ from sentemb.config import load_params, section
 from sentemb.data.readers import read_corpus, read_stsb
 from sentemb.encoder import Encoder, ModelConfig
 from sentemb.evaluation.sts import STSEvaluator
-from sentemb.training.loop import TrainConfig
+from sentemb.training.config import TrainConfig
 
 PRECISIONS = ("fp32", "bf16")
 

@@ -8,10 +8,13 @@ pipeline picks (`train.precision`; bf16 autocast by default, the floor under the
 the same sentences. The floor is SimCSE without the pipeline:
 one forward of the two dropout views, [CLS] through a dense + tanh head, InfoNCE written
 inline (cross-entropy over the cosine matrix / τ), backward, AdamW. Each configuration runs two
-warm-up steps, then `--steps` timed steps (tokenization included); the floor runs before and
+warm-up steps, then `--steps` timed steps (tokenization included) on the batches the pipeline
+draws (same sentences, same padding for every configuration); the floor runs before and
 after the methods and its median is over both runs. Ratios are against the floor and against
 the pipeline's SimCSE measured in the same run. PaSeR reads `paser.phrases` (run the phrases
-stage first). Writes `benchmarks/train_step.json`.
+stage first). One more step per configuration is counted in FLOPs (torch's FlopCounterMode,
+forward and backward): the ratio of FLOPs is what a method must cost on any machine, so a time
+ratio above it is overhead to find. Writes `benchmarks/train_step.json`.
 """
 
 from __future__ import annotations
@@ -31,12 +34,14 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from sentemb.config import load_params, section
 from sentemb.data.readers import read_corpus
-from sentemb.encoder import Encoder, ModelConfig, autocast_dtype, resolve_model
+from sentemb.encoder import Encoder, ModelConfig, autocast, resolve_model
 from sentemb.methods.base import CombinedMethod
-from sentemb.training.loop import TrainConfig, Trainer
+from sentemb.training.config import TrainConfig
+from sentemb.training.loop import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 WARMUP = 2
@@ -53,6 +58,14 @@ def timed(step: Callable[[int], object], steps: int) -> list[float]:
         step(i)
         seconds.append(time.perf_counter() - started)
     return seconds
+
+
+def step_gflops(step: Callable[[int], object], i: int) -> float:
+    """Floating-point operations of call `i` (forward and backward, counted by torch), in GFLOP:
+    what a step costs whatever the machine, to tell compute from overhead."""
+    with FlopCounterMode(display=False) as counter:
+        step(i)
+    return counter.get_total_flops() / 1e9
 
 
 def floor_step(
@@ -109,12 +122,11 @@ def sentence_transformers_step(
     network = SentenceTransformer(modules=[transformer, pooling], device="cpu")
     objective = losses.MultipleNegativesRankingLoss(network, scale=1.0 / tau)
     optimizer = torch.optim.AdamW(network.parameters(), lr=config.learning_rate)
-    dtype = autocast_dtype(config.precision, torch.device("cpu"))
     network.train()
 
     def step(i: int) -> None:
         features = network.tokenize(batches[i])
-        with torch.autocast("cpu", dtype or torch.float32, enabled=dtype is not None):
+        with autocast(config.precision, torch.device("cpu")):
             loss = objective([features, dict(features)], None)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -135,37 +147,46 @@ def main() -> None:
     params = load_params(args.params)
     model = section(params, "model", ModelConfig).name_or_path
     config = replace(section(params, "train", TrainConfig), max_steps=1000, checkpoint_steps=10**9)
-    sentences = list(read_corpus(CORPUS, limit=config.batch_size * (args.steps + WARMUP)))
-    batches = [
-        sentences[i : i + config.batch_size] for i in range(0, len(sentences), config.batch_size)
-    ]
+    calls = WARMUP + args.steps + 1  # the last call counts FLOPs
+    sentences = list(read_corpus(CORPUS, limit=config.batch_size * calls))
     seed = params["seeds"][0]
+    with tempfile.TemporaryDirectory() as checkpoints:  # the batches every trainer will see
+        order = pipeline_trainer(params, "simcse", config, sentences, Path(checkpoints))
+        batches = [order.batch_sentences(i) for i in range(calls)]
     results: dict[str, dict[str, float]] = {}
     tau = params.get("simcse", {}).get("temperature", 0.05)
 
-    def floor() -> list[float]:
+    def measure(step: Callable[[int], object]) -> dict[str, list[float] | float]:
+        return {"seconds": timed(step, args.steps), "gflops": step_gflops(step, calls - 1)}
+
+    def floor() -> dict[str, list[float] | float]:
         torch.manual_seed(seed)
         encoder = Encoder.from_pretrained(model, config.pooler, None, False, config.precision)
-        return timed(floor_step(encoder, config, batches, tau), args.steps)
+        return measure(floor_step(encoder, config, batches, tau))
 
     floor_first = floor()
     torch.manual_seed(seed)
-    results["sentence-transformers"] = {
-        "seconds": timed(sentence_transformers_step(model, config, batches, tau), args.steps)
-    }
+    results["sentence-transformers"] = measure(
+        sentence_transformers_step(model, config, batches, tau)
+    )
     for spec in args.methods:
         with tempfile.TemporaryDirectory() as checkpoints:
             trainer = pipeline_trainer(params, spec, config, sentences, Path(checkpoints))
-            results[spec] = {"seconds": timed(trainer.step, args.steps)}
+            results[spec] = measure(trainer.step)
         print(spec, statistics.median(results[spec]["seconds"]))
     # the floor runs first and last, so drift within the run shows and is averaged out
-    results["floor"] = {"seconds": floor_first + floor()}
+    floor_last = floor()
+    results["floor"] = {
+        "seconds": floor_first["seconds"] + floor_last["seconds"],
+        "gflops": floor_last["gflops"],
+    }
     for row in results.values():
         row["median"] = statistics.median(row["seconds"])
     for row in results.values():
         row["vs_floor"] = row["median"] / results["floor"]["median"]
         if "simcse" in results:
             row["vs_simcse"] = row["median"] / results["simcse"]["median"]
+            row["gflops_vs_simcse"] = row["gflops"] / results["simcse"]["gflops"]
     report = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",

@@ -22,7 +22,7 @@ from sentemb.encoder import Encoder, ModelConfig
 from sentemb.evaluation.base import embed
 from sentemb.io import write_json
 from sentemb.tracking import mlflow_run
-from sentemb.training.loop import TrainConfig
+from sentemb.training.config import TrainConfig
 
 log = logging.getLogger("analyze")
 

@@ -27,9 +27,8 @@ from sentemb.compare import (
     pair_tasks,
     paired_comparison,
     run_name,
-    run_plan,
 )
-from sentemb.config import ConfigError, load_params, section
+from sentemb.config import ConfigError, load_params, run_plan, section
 from sentemb.evaluation.suites import PAIR_SUITES
 from sentemb.io import atomic_path, write_json
 from sentemb.report import COLUMNS, REFINED, protocol, summary

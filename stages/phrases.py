@@ -18,7 +18,7 @@ from sentemb.data.readers import training_corpus
 from sentemb.io import write_json
 from sentemb.phrases import PhrasesConfig, extract
 from sentemb.tracking import mlflow_run
-from sentemb.training.loop import TrainConfig
+from sentemb.training.config import TrainConfig
 
 log = logging.getLogger("phrases")
 

@@ -42,7 +42,7 @@ from sentemb.refine import (
     unique,
 )
 from sentemb.tracking import flatten, mlflow_run
-from sentemb.training.loop import TrainConfig
+from sentemb.training.config import TrainConfig
 
 log = logging.getLogger("refine")
 

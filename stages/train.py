@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from sentemb.cli import run_stage
-from sentemb.config import ConfigError, load_params, section
+from sentemb.config import ConfigError, load_params, run_plan, section
 from sentemb.data.readers import training_corpus
 from sentemb.encoder import Encoder, ModelConfig
 from sentemb.evaluation.sts import STSEvaluator
@@ -26,7 +26,8 @@ from sentemb.io import write_json
 from sentemb.methods import CombinedMethod
 from sentemb.plots import training_curves
 from sentemb.tracking import mlflow_run
-from sentemb.training.loop import TrainConfig, Trainer
+from sentemb.training.config import TrainConfig
+from sentemb.training.loop import Trainer
 
 log = logging.getLogger("train")
 SELECTION_KEYS = {
@@ -47,9 +48,10 @@ def main() -> None:
     parser.add_argument("--data", default="data/raw", type=Path)
     args = parser.parse_args()
     params = load_params(args.params)
+    run_plan(params)  # a string `methods` would make DVC's matrix run one stage per character
     spec, seed = args.method, args.seed
     if seed < 0:
-        raise ConfigError(f"seeds: expected integers >= 0, got {seed}")
+        raise ConfigError(f"--seed: expected an integer >= 0, got {seed}")
     model_config = section(params, "model", ModelConfig)
     config = section(params, "train", TrainConfig)
     names = spec.split("+")

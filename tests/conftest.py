@@ -1,7 +1,13 @@
-"""Shared fixtures: a tiny random BERT (real MiniLM tokenizer) and the offline data mirror."""
+"""Shared fixtures: a tiny random BERT (real MiniLM tokenizer), the offline data mirror, and
+small real filesystems for faults (a nearly full disk, a read-only folder)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -45,3 +51,42 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def tiny_encoder(tiny_model_dir: Path) -> Encoder:
     return Encoder.from_pretrained(str(tiny_model_dir), pooler="cls_before_pooler")
+
+
+@contextlib.contextmanager
+def mounted_tmpfs(folder: Path, size: str) -> Iterator[Path]:
+    """A real small filesystem at `folder` (needs root and `mount`); skip the test without."""
+    folder.mkdir(parents=True, exist_ok=True)
+    mount = ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)]
+    if os.geteuid() != 0 or subprocess.run(mount, capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=True)
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path) -> Iterator[Path]:
+    """A folder on a 4 MiB filesystem with 64 KiB left free."""
+    with mounted_tmpfs(tmp_path / "disk", "4m") as folder:
+        free = shutil.disk_usage(folder).free
+        (folder / "filler").write_bytes(b"\0" * (free - (64 << 10)))
+        yield folder
+
+
+@pytest.fixture
+def read_only(tmp_path: Path) -> Iterator[Path]:
+    """A folder holding `earlier.json`, then made read-only (a read-only mount under root)."""
+    folder = tmp_path / "ro"
+    if os.geteuid() != 0:
+        folder.mkdir()
+        (folder / "earlier.json").write_text("{}\n")
+        folder.chmod(0o555)
+        yield folder
+        folder.chmod(0o755)
+        return
+    with mounted_tmpfs(folder, "1m"):
+        (folder / "earlier.json").write_text("{}\n")
+        subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)
+        yield folder

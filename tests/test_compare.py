@@ -17,11 +17,10 @@ from sentemb.compare import (
     pair_tasks,
     paired_comparison,
     resample_indices,
-    run_plan,
     seed_test,
     spearman_rows,
 )
-from sentemb.config import ConfigError, section
+from sentemb.config import ConfigError, run_plan, section
 
 
 def one_task(predicted: dict[str, list[np.ndarray]], gold: np.ndarray) -> dict[str, PairTask]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -97,3 +98,50 @@ def test_precision_param_and_bf16_encoding(tiny_encoder: Encoder) -> None:
     assert half.dtype == np.float32 and not np.array_equal(full, half)
     cosine = (full * half).sum(1) / np.linalg.norm(full, axis=1) / np.linalg.norm(half, axis=1)
     assert cosine.min() > 0.99
+
+
+def broken_copy(source: Path, target: Path, fault: str) -> Path:
+    """A copy of the tiny model folder with one fault."""
+    shutil.copytree(source, target)
+    config_file = target / "config.json"
+    if fault == "no weights":
+        (target / "model.safetensors").unlink()
+    elif fault == "no config":
+        config_file.unlink()
+    elif fault == "remote code":  # its code would exit the test run if it were ever imported
+        config = json.loads(config_file.read_text())
+        config |= {"model_type": "custom-bert", "auto_map": {"AutoModel": "custom.Model"}}
+        config_file.write_text(json.dumps(config))
+        (target / "custom.py").write_text("raise SystemExit('remote code ran')\n")
+    elif fault == "other tokenizer":  # an embedding of 1,000 rows under a 30,522-token tokenizer
+        from transformers import BertConfig, BertModel
+
+        BertModel(BertConfig.from_pretrained(target, vocab_size=1000)).save_pretrained(target)
+    return target
+
+
+MODEL_FAULTS = {
+    "no weights": r"has no weights \(none of model\.safetensors, ",
+    "no config": "has no config.json",
+    "remote code": r"needs its own Python code .* unless model\.trust_remote_code is true",
+    "other tokenizer": "tokenizer .* has 30522 tokens but the model's embedding has 1000 rows",
+}
+
+
+@pytest.mark.parametrize("fault", sorted(MODEL_FAULTS))
+def test_broken_model_folder_is_refused(tiny_model_dir: Path, tmp_path: Path, fault: str) -> None:
+    folder = broken_copy(tiny_model_dir, tmp_path / "model", fault)
+    with pytest.raises(ConfigError, match=rf"^model\.name_or_path: .*{MODEL_FAULTS[fault]}"):
+        Encoder.from_pretrained(str(folder))
+
+
+def test_hub_refusal_of_custom_code_names_the_param(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hub model (no local folder) with custom code: transformers' ValueError, reworded."""
+    from transformers import AutoTokenizer
+
+    def refuse(*args, **kwargs):
+        raise ValueError("... contains custom code ... pass `trust_remote_code=True` ...")
+
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", refuse)
+    with pytest.raises(ConfigError, match=r"^dclr\.complementary_model: org/custom needs its own"):
+        Encoder.from_pretrained("org/custom", param="dclr.complementary_model")

@@ -37,8 +37,11 @@ def run_stage(script: str, args: list[str], cwd: Path, env: dict) -> subprocess.
 def write_params(folder: Path, mirror: Path, **sections) -> Path:
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     params["data"].update(mirror=str(mirror), corpus_size=500)
-    for name, values in sections.items():
-        params[name].update(values)
+    for name, values in sections.items():  # a section's keys updated, a top-level value set
+        if isinstance(values, dict):
+            params[name].update(values)
+        else:
+            params[name] = values
     path = folder / "params.yaml"
     path.write_text(yaml.safe_dump(params))
     return path
@@ -122,17 +125,21 @@ def train_args(params: Path, work: Path, method: str) -> list[str]:
     return args
 
 
+def tiny_training(
+    work: Path, tiny_model_dir: Path, mirror: Path, max_steps: int, **sections
+) -> Path:
+    """A fresh `work` folder and its params: the tiny model, batch 16, `max_steps` steps."""
+    work.mkdir()
+    train = {"batch_size": 16, "max_steps": max_steps, "eval_steps": 2, "checkpoint_steps": 2}
+    model = {"name_or_path": str(tiny_model_dir)}
+    return write_params(work, mirror, model=model, train=train, **sections)
+
+
 def test_train_stage_end_to_end(
     downloaded: Path, tiny_model_dir: Path, mirror: Path, stage_env
 ) -> None:
     work = downloaded / "train"
-    work.mkdir()
-    params = write_params(
-        work,
-        mirror,
-        model={"name_or_path": str(tiny_model_dir)},
-        train={"batch_size": 16, "max_steps": 4, "eval_steps": 2, "checkpoint_steps": 2},
-    )
+    params = tiny_training(work, tiny_model_dir, mirror, 4)
     args = train_args(params, work, "sscl+dclr")
     result = run_stage("train.py", args, downloaded, stage_env)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -151,28 +158,37 @@ def test_train_stage_end_to_end(
     }
 
 
-def test_train_unknown_method_fails_cleanly(downloaded: Path, mirror: Path, stage_env) -> None:
-    work = downloaded / "bad-train"
-    work.mkdir()
-    params = write_params(work, mirror)
-    args = train_args(params, work, "simcse+dlcr")
-    result = run_stage("train.py", args, downloaded, stage_env)
-    assert result.returncode == 1
-    assert "error: method: 'simcse+dlcr'" in result.stderr
-    assert not (work / "model").exists() and not (work / "train.json").exists()
+@pytest.mark.parametrize(
+    ("methods", "method", "message"),
+    [
+        (["simcse"], "simcse+dlcr", "error: method: 'simcse+dlcr'"),
+        (
+            "dclr",
+            "d",
+            "error: methods: expected a non-empty list of method names, got 'dclr' "
+            "(on the command line: -S 'methods=[dclr]')",
+        ),
+    ],
+)
+def test_train_unknown_method_fails_cleanly(
+    downloaded: Path, mirror: Path, tmp_path: Path, stage_env, methods, method: str, message: str
+) -> None:
+    params = write_params(tmp_path, mirror, methods=methods)
+    args = train_args(params, tmp_path, method)
+    assert last_error(run_stage("train.py", args, downloaded, stage_env)).startswith(message)
+    assert not (tmp_path / "model").exists() and not (tmp_path / "train.json").exists()
 
 
 def test_phrases_then_paser_training(
     downloaded: Path, tiny_model_dir: Path, mirror: Path, stage_env
 ) -> None:
     work = downloaded / "paser"
-    work.mkdir()
     phrases = work / "phrases"
-    params = write_params(
+    params = tiny_training(
         work,
+        tiny_model_dir,
         mirror,
-        model={"name_or_path": str(tiny_model_dir)},
-        train={"batch_size": 16, "max_steps": 2, "eval_steps": 2, "checkpoint_steps": 2},
+        2,
         phrases={"workers": 2, "chunk_size": 100},
         paser={"phrases": str(phrases / "rake.jsonl"), "decoder_layers": 1},
     )
@@ -375,3 +391,44 @@ def test_analyze_then_compare(
         .startswith("error: metrics/runs/sscl-2/chinese.json: not found")
     )
     assert not (tmp_path / "reports/summary.md").exists()
+
+
+def last_error(result: subprocess.CompletedProcess) -> str:
+    """The stage's one error line (exit 1, no traceback)."""
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    return result.stderr.strip().splitlines()[-1]
+
+
+def test_model_needing_remote_code_is_refused(
+    downloaded: Path, tiny_model_dir: Path, tmp_path: Path, stage_env
+) -> None:
+    from test_encoder import broken_copy
+
+    model = broken_copy(tiny_model_dir, tmp_path / "model", "remote code")
+    out = tmp_path / "sts.json"
+    args = ["--suite", "sts", "--model", str(model), "--out", str(out)]
+    error = last_error(run_stage("evaluate.py", args, downloaded, stage_env))
+    assert error.startswith(f"error: model.name_or_path: {model} needs its own Python code")
+    assert not out.exists()
+
+
+def test_full_disk_stops_training_with_one_error(
+    downloaded: Path, tiny_model_dir: Path, mirror: Path, full_disk: Path, stage_env
+) -> None:
+    work = downloaded / "full"
+    params = tiny_training(work, tiny_model_dir, mirror, 2)
+    args = train_args(params, work, "simcse")
+    args[args.index("--out") + 1] = str(full_disk / "model")
+    error = last_error(run_stage("train.py", args, downloaded, stage_env))
+    assert error.startswith(f"error: {full_disk / 'model'}: not written, the disk is full")
+    assert sorted(p.name for p in full_disk.iterdir()) == ["filler"]
+    assert not (work / "train.json").exists()
+
+
+def test_read_only_output_folder_is_one_error(downloaded: Path, read_only: Path, stage_env) -> None:
+    out = read_only / "earlier.json"
+    args = ["--suite", "sts", "--model", "tfidf", "--out", str(out)]
+    error = last_error(run_stage("evaluate.py", args, downloaded, stage_env))
+    assert error.startswith(f"error: {out}: not written: ")
+    assert out.read_text() == "{}\n"

@@ -217,6 +217,27 @@ def test_sqlite_failed_body_propagates_and_marks_run_failed(sqlite_uri: str) -> 
     assert got.data.tags["mlflow.runName"] == "train"
 
 
+def test_really_locked_database_body_runs_and_warns_once(sqlite_uri: str, tmp_path: Path) -> None:
+    """Another process holds an exclusive lock on mlflow.db for the whole stage."""
+    import sqlite3
+
+    with mlflow_run("setup", {}):  # the database and its schema exist
+        pass
+    holder = sqlite3.connect(tmp_path / "mlflow.db", isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    ran = False
+    with warnings.catch_warnings(record=True) as caught, mlflow_run("train", {"lr": 1}) as run:
+        warnings.simplefilter("always")
+        run.log_metrics({"loss": 1.0})
+        ran = True
+    holder.execute("ROLLBACK")
+    holder.close()
+    ours = [w for w in caught if issubclass(w.category, TrackingWarning)]
+    assert ran and len(ours) == 1 and "database is locked" in str(ours[0].message)
+    assert run.unlogged[0].startswith("run start; params: 1 keys")
+    assert run.unlogged[1:] == ["metrics step=None: 1 keys"]
+
+
 def test_failure_mid_run_warns_once(
     sqlite_uri: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

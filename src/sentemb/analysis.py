@@ -77,14 +77,7 @@ def over_smoothing(
     encoder.eval()
     token_wise, inter_layer = [], []
     for start in range(0, len(sentences), batch_size):
-        batch = encoder.tokenizer(
-            list(sentences[start : start + batch_size]),
-            padding=True,
-            truncation=True,
-            max_length=encoder.max_length,
-            return_tensors="pt",
-            return_special_tokens_mask=True,
-        )
+        batch = encoder.tokenize(sentences[start : start + batch_size], special_tokens_mask=True)
         words = batch["attention_mask"] * (1 - batch.pop("special_tokens_mask"))
         batch = batch.to(encoder.device)
         with encoder.autocast():

@@ -21,8 +21,6 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import rankdata, ttest_rel
 
-from sentemb.config import ConfigError
-
 NO_DIFFERENCE = "no significant difference"
 CHUNK = 100  # bootstrap replicates scored at once (bounds memory on the 20k-pair sets)
 
@@ -45,22 +43,6 @@ class CompareConfig:
         if len(self.bins) < 2 or any(b >= c for b, c in itertools.pairwise(self.bins)):
             problems.append(f"bins: must be at least 2 increasing edges, got {self.bins}")
         return problems
-
-
-def run_plan(params: dict) -> tuple[list[str], list[int]]:
-    """The validated `methods` and `seeds` lists: non-empty and distinct; seeds are ints >= 0.
-    (The train stage checks the method names.)"""
-    methods, seeds = params.get("methods"), params.get("seeds")
-    if not isinstance(methods, list) or not methods or not all(isinstance(m, str) for m in methods):
-        raise ConfigError(f"methods: expected a non-empty list of method names, got {methods!r}")
-    if not isinstance(seeds, list) or not seeds:
-        raise ConfigError(f"seeds: expected a non-empty list of integers, got {seeds!r}")
-    if any(not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in seeds):
-        raise ConfigError(f"seeds: expected integers >= 0, got {seeds!r}")
-    for name, values in (("methods", methods), ("seeds", seeds)):
-        if len(set(values)) != len(values):
-            raise ConfigError(f"{name}: {values!r} lists a value twice")
-    return methods, seeds
 
 
 def run_name(method: str, seed: int) -> str:

@@ -17,7 +17,11 @@ import yaml
 T = TypeVar("T")
 
 
-class ConfigError(ValueError):
+class UserError(Exception):
+    """An error a user fixes (a param, a file, a line it names): stages print it once, exit 1."""
+
+
+class ConfigError(UserError, ValueError):
     """A param is unknown, of the wrong type or out of range."""
 
 
@@ -102,3 +106,25 @@ def section(params: dict[str, Any], name: str, cls: type[T]) -> T:
     for part in name.split("."):
         node = node.get(part) if isinstance(node, dict) else None
     return from_dict(cls, node, name)
+
+
+def run_plan(params: dict) -> tuple[list[str], list[int]]:
+    """The validated `methods` and `seeds` lists: non-empty and distinct; seeds are ints >= 0.
+    (The train stage checks the method names.)"""
+    methods, seeds = params.get("methods"), params.get("seeds")
+    if not isinstance(methods, list) or not methods or not all(isinstance(m, str) for m in methods):
+        raise ConfigError(
+            f"methods: expected a non-empty list of method names, got {methods!r} "
+            "(on the command line: -S 'methods=[dclr]')"
+        )
+    if not isinstance(seeds, list) or not seeds:
+        raise ConfigError(
+            f"seeds: expected a non-empty list of integers, got {seeds!r} "
+            "(on the command line: -S 'seeds=[42]')"
+        )
+    if any(not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in seeds):
+        raise ConfigError(f"seeds: expected integers >= 0, got {seeds!r}")
+    for name, values in (("methods", methods), ("seeds", seeds)):
+        if len(set(values)) != len(values):
+            raise ConfigError(f"{name}: {values!r} lists a value twice")
+    return methods, seeds

@@ -26,6 +26,12 @@ DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 POOLERS = ("cls", "cls_before_pooler", "mean", "first_last_avg")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 POOLER_FILE = "sentemb_pooler.json"
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 ST_POOLING = {"cls_before_pooler": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens"}
 
 
@@ -89,6 +95,12 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
 
 
+def autocast(precision: str, device: torch.device) -> torch.autocast:
+    """The autocast context of `precision` on `device` (disabled for fp32)."""
+    dtype = autocast_dtype(precision, device)
+    return torch.autocast(device.type, dtype or torch.float32, enabled=dtype is not None)
+
+
 def saved_pooler(folder: str) -> str | None:
     """The pooler a folder asks for: ours (`sentemb_pooler.json`), else its ST pooling config."""
     ours = Path(folder) / POOLER_FILE
@@ -114,6 +126,27 @@ def sentence_transformers_pooler(folder: str) -> str | None:
                 f"set model.pooler to one of {list(POOLERS)}"
             )
     return None
+
+
+def remote_code_refused(param: str, name_or_path: str) -> str:
+    """The one message for a model that would run its own code."""
+    return (
+        f"{param}: {name_or_path} needs its own Python code to load; the pipeline runs none "
+        "unless model.trust_remote_code is true (set it only for a model you trust)"
+    )
+
+
+def check_model_folder(folder: Path, trust_remote_code: bool, param: str) -> None:
+    """Refuse a local model folder without config or weights, or one asking for its own code
+    (`auto_map` in config.json) while `trust_remote_code` is false; `param` names the setting."""
+    config_file = folder / "config.json"
+    if not config_file.is_file():
+        raise ConfigError(f"{param}: {folder} has no config.json")
+    if not any((folder / name).is_file() for name in WEIGHT_FILES):
+        raise ConfigError(f"{param}: {folder} has no weights (none of {', '.join(WEIGHT_FILES)})")
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    if config.get("auto_map") and not trust_remote_code:
+        raise ConfigError(remote_code_refused(param, str(folder)))
 
 
 @dataclass
@@ -179,16 +212,31 @@ class Encoder(torch.nn.Module):
         max_length: int | None = None,
         trust_remote_code: bool = False,
         precision: str = "auto",
+        param: str = "model.name_or_path",
     ) -> Encoder:
         """Load any HF model name or local folder; `pooler='auto'` follows its ST config;
-        `precision` is the autocast `encode` runs under."""
+        `precision` is the autocast `encode` runs under; `param` names the setting in errors."""
         path = resolve_model(name_or_path)
         from transformers import AutoModel, AutoTokenizer
 
+        if Path(path).is_dir():
+            check_model_folder(Path(path), trust_remote_code, param)
         if pooler == "auto":
             pooler = saved_pooler(path) or "cls_before_pooler"
-        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-        backbone = AutoModel.from_pretrained(path, trust_remote_code=trust_remote_code)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+            backbone = AutoModel.from_pretrained(path, trust_remote_code=trust_remote_code)
+        except ValueError as err:  # transformers' refusal of custom code on a hub model
+            if "trust_remote_code" not in str(err):
+                raise
+            raise ConfigError(remote_code_refused(param, name_or_path)) from err
+        vocabulary = getattr(backbone.config, "vocab_size", None)
+        if vocabulary is not None and len(tokenizer) > vocabulary:
+            raise ConfigError(
+                f"{param}: the tokenizer of {name_or_path} has {len(tokenizer)} "
+                f"tokens but the model's embedding has {vocabulary} rows: they belong to "
+                "different models"
+            )
         return cls(backbone, tokenizer, pooler, max_length, precision)
 
     def save(self, folder: Path) -> None:
@@ -225,16 +273,22 @@ class Encoder(torch.nn.Module):
 
     def autocast(self) -> torch.autocast:
         """The autocast context of this encoder's `precision` on its device."""
-        dtype = autocast_dtype(self.precision, self.device)
-        return torch.autocast(self.device.type, dtype or torch.float32, enabled=dtype is not None)
+        return autocast(self.precision, self.device)
 
-    def tokenize(self, sentences: Sequence[str], max_length: int | None = None) -> dict:
+    def tokenize(
+        self,
+        sentences: Sequence[str],
+        max_length: int | None = None,
+        special_tokens_mask: bool = False,
+    ) -> dict:
+        """Padded, truncated tensors; `special_tokens_mask` adds 1 at [CLS], [SEP] and the like."""
         return self.tokenizer(
             list(sentences),
             padding=True,
             truncation=True,
             max_length=max_length or self.max_length,
             return_tensors="pt",
+            return_special_tokens_mask=special_tokens_mask,
         )
 
     def forward(

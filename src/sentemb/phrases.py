@@ -36,7 +36,7 @@ from sentemb.tfidf import WORD_PATTERN, jieba_words
 
 T = TypeVar("T")
 R = TypeVar("R")
-LATIN = "A-Za-z0-9"
+LATIN_CHAR = re.compile("[A-Za-z0-9]", flags=re.IGNORECASE)  # what a Latin phrase may not touch
 IDF_FILE = "idf.json"
 
 
@@ -92,12 +92,21 @@ def phrase_span(sentence: str, phrase: str, chinese: bool) -> tuple[int, int] | 
 
     Words are matched case-insensitively with any whitespace between them, and, for Latin
     script, not inside a longer word; None when the phrase does not occur as such.
+
+    The boundaries are checked here rather than as look-arounds in the pattern: with a
+    case-insensitive `[A-Za-z0-9]` a pattern takes over ten times as long to compile, and every
+    phrase is a new pattern (benchmarks/README.md).
     """
     words = [re.escape(w) for w in phrase.split()]
-    body = r"\s*".join(words) if chinese else r"\s+".join(words)
-    pattern = rf"(?<![{LATIN}]){body}(?![{LATIN}])"
-    match = re.search(pattern, sentence, flags=re.IGNORECASE)
-    return (match.start(), match.end()) if match else None
+    body = re.compile((r"\s*" if chinese else r"\s+").join(words), flags=re.IGNORECASE)
+    start = 0
+    while start <= len(sentence) and (match := body.search(sentence, start)):
+        start, end = match.span()
+        inside_word = start > 0 and LATIN_CHAR.match(sentence, start - 1)
+        if not inside_word and not LATIN_CHAR.match(sentence, end):
+            return start, end
+        start += 1
+    return None
 
 
 class Extractor:

@@ -15,7 +15,7 @@ from sentemb.config import section
 from sentemb.encoder import ModelConfig
 from sentemb.evaluation.chinese import ChineseConfig
 from sentemb.refine import RefineConfig
-from sentemb.training.loop import TrainConfig
+from sentemb.training.config import TrainConfig
 
 COLUMNS = {
     "sts": ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness", "avg"],

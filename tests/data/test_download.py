@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from pathlib import Path
 
@@ -56,7 +57,9 @@ def test_tampered_mirror_file_is_refused(tmp_path: Path, mirror: Path) -> None:
     with pytest.raises(ChecksumMismatch) as err:
         fetcher(tmp_path / "raw", fake).fetch(DATASETS["STS13"])
     message = str(err.value)
-    assert "STS.gs.FNWN.txt" in message and known_checksums()[f"{rel}/STS.gs.FNWN.txt"] in message
+    expected = known_checksums()[f"{rel}/STS.gs.FNWN.txt"]
+    actual = hashlib.sha256(target.read_bytes()).hexdigest()
+    assert "STS.gs.FNWN.txt" in message and f"expected {expected}, got {actual}" in message
     assert not (tmp_path / "raw" / rel / "STS.gs.FNWN.txt").exists()
 
 

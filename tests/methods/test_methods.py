@@ -51,10 +51,27 @@ def test_unknown_or_repeated_method_is_an_error(tiny_encoder: Encoder) -> None:
         build("simcse+dlcr", tiny_encoder)
     with pytest.raises(ConfigError, match="distinct"):
         build("sscl+sscl", tiny_encoder)
-    with pytest.raises(ConfigError, match=r"iscse.k: must be in \[1, buffer_size=8\]"):
-        build("iscse", tiny_encoder, iscse={"buffer_size": 8, "k": 16})
-    with pytest.raises(ConfigError, match=r"dclr.phi: must be in \[0, 1\]"):
-        build("dclr", tiny_encoder, dclr={"phi": 1.5})
+
+
+@pytest.mark.parametrize(
+    ("spec", "sections", "message"),
+    [
+        (
+            "iscse",
+            {"iscse": {"buffer_size": 8, "k": 16}},
+            r"iscse.k: must be in \[1, buffer_size=8\]",
+        ),
+        ("dclr", {"dclr": {"phi": 1.5}}, r"dclr.phi: must be in \[0, 1\]"),
+        ("simcse", {"simcse": {"temperature": -0.05}}, r"simcse.temperature: must be > 0"),
+        ("sscl", {"sscl": {"layr": 4}}, r"sscl: unknown key\(s\) \['layr'\]"),
+        ("paser", {"paser": {"decoder_layers": "six"}}, r"paser.decoder_layers: expected int"),
+    ],
+)
+def test_bad_method_params_name_the_param(
+    tiny_encoder: Encoder, spec: str, sections: dict, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        build(spec, tiny_encoder, **sections)
 
 
 def test_sscl_self_adds_own_intermediate_vector(tiny_encoder: Encoder) -> None:

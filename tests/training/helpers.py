@@ -9,7 +9,8 @@ import torch
 from sentemb.encoder import Encoder
 from sentemb.methods import CombinedMethod
 from sentemb.phrases import PhrasesConfig, extract
-from sentemb.training.loop import TrainConfig, Trainer
+from sentemb.training.config import TrainConfig
+from sentemb.training.loop import Trainer
 
 SENTENCES = [f"sentence number {i} talks about topic {i % 7} and item {i % 5}" for i in range(64)]
 PARAMS = {"iscse": {"buffer_size": 16, "k": 2, "clusters": 2}}

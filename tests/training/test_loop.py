@@ -1,4 +1,5 @@
-"""The training loop: determinism, resume after SIGKILL, model output, 2-process gradients."""
+"""The training loop: determinism, resume after SIGKILL, model output, 2-process gradients,
+tampered checkpoints."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import torch
 from helpers import make_trainer
 
 from sentemb.encoder import Encoder
+from sentemb.io import CheckpointError
+from sentemb.training.checkpoint import load_checkpoint, rng_state, save_checkpoint
 
 HERE = Path(__file__).resolve().parent
 
@@ -32,6 +35,15 @@ def test_same_seed_same_run(tiny_model_dir: Path, tmp_path: Path, spec: str) -> 
     second = make_trainer(tiny_model_dir, spec, tmp_path / "b").train(tmp_path / "out-b")
     assert curves(first) == curves(second)
     assert all(torch.isfinite(torch.tensor(p["loss"])) for p in first.loss_curve)
+
+
+def test_dropout_is_on_from_the_first_step(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """`from_pretrained` gives eval mode; SimCSE's two views differ only by dropout."""
+    trainer = make_trainer(tiny_model_dir, "simcse", tmp_path / "ck")
+    assert all(m.training for m in trainer.encoder.modules())
+    sentences = trainer.batch_sentences(0)
+    first, second = (trainer.loss(sentences, 0)[0] for _ in range(2))
+    assert first.item() != second.item()
 
 
 def test_best_model_is_saved_and_loads(tiny_model_dir: Path, tmp_path: Path) -> None:
@@ -129,3 +141,32 @@ def test_two_processes_match_one_process_with_global_batch(
     assert set(ddp["grads"]) == set(grads)
     for name, grad in grads.items():
         assert torch.allclose(torch.tensor(ddp["grads"][name]), grad, atol=1e-6, rtol=1e-4), name
+
+
+class Payload:
+    """What a tampered optimizer.pt would carry: unpickling it runs `touch`."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+@pytest.mark.parametrize("damage", ["pickle payload", "truncated weights"])
+def test_tampered_checkpoint_is_refused_without_running_code(
+    tiny_model_dir: Path, tmp_path: Path, damage: str
+) -> None:
+    trainer = make_trainer(tiny_model_dir, "simcse", tmp_path / "ck")
+    folder = tmp_path / "last"
+    rngs = [rng_state(trainer.generator)]
+    save_checkpoint(folder, trainer.modules, trainer.optimizer, rngs, {"step": 2})
+    marker = tmp_path / "code-ran"
+    if damage == "pickle payload":
+        torch.save({"state": Payload(marker), "param_groups": []}, folder / "optimizer.pt")
+    else:
+        weights = folder / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:1000])
+    with pytest.raises(CheckpointError, match=rf"^{folder}: checkpoint damaged or unsafe"):
+        load_checkpoint(folder, trainer.modules, trainer.optimizer)
+    assert not marker.exists()

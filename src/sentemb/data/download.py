@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from sentemb.config import UserError
 from sentemb.data.sources import Dataset, RemoteFile
 from sentemb.io import atomic_path
 
@@ -44,11 +45,11 @@ class DataConfig:
         return problems
 
 
-class DataUnavailable(RuntimeError):
+class DataUnavailable(UserError, RuntimeError):
     """A dataset is neither in the mirror nor downloadable."""
 
 
-class ChecksumMismatch(RuntimeError):
+class ChecksumMismatch(UserError, RuntimeError):
     """A file's content differs from its known or recorded sha256."""
 
 

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
+from sentemb.config import UserError
 from sentemb.data.sources import SENTEVAL_DIR, STS_SUBSETS, TRANSFER_FILES
 
 
-class DataFormatError(ValueError):
+class DataFormatError(UserError, ValueError):
     """A benchmark file is missing, empty or has a malformed line."""
 
 

@@ -67,7 +67,9 @@ class DCLR(Method):
             )
         else:
             complementary = Encoder.from_pretrained(
-                config.complementary_model, config.complementary_pooler
+                config.complementary_model,
+                config.complementary_pooler,
+                param="dclr.complementary_model",
             )
         complementary.eval().requires_grad_(False)
         # A list hides it from `parameters()` and `state_dict()`: frozen, rebuilt on resume.

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import pickle
 import random
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from sentemb.io import atomic_path
+from sentemb.io import CheckpointError, atomic_path
 
 
 def params_hash(params: dict[str, Any]) -> str:
@@ -69,18 +71,28 @@ def load_checkpoint(
     optimizer: torch.optim.Optimizer,
     rank: int = 0,
 ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    """Restore modules and optimiser in place; return the JSON state and this rank's RNG state."""
-    tensors = load_file(folder / "model.safetensors")
-    for name, module in modules.items():
-        prefix = f"{name}."
-        module.load_state_dict(
-            {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
-        )
-    optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=True))
-    prefix = f"{rank}."
-    rngs = load_file(folder / "rng.safetensors")
-    rng = {k[len(prefix) :]: v for k, v in rngs.items() if k.startswith(prefix)}
-    return json.loads((folder / "state.json").read_text()), rng
+    """Restore modules and optimiser in place; return the JSON state and this rank's RNG state.
+
+    A damaged checkpoint, or an `optimizer.pt` holding anything but tensors and numbers (which
+    `weights_only=True` refuses to unpickle), is one `CheckpointError` naming the folder.
+    """
+    try:
+        tensors = load_file(folder / "model.safetensors")
+        for name, module in modules.items():
+            prefix = f"{name}."
+            module.load_state_dict(
+                {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
+            )
+        optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=True))
+        prefix = f"{rank}."
+        rngs = load_file(folder / "rng.safetensors")
+        rng = {k[len(prefix) :]: v for k, v in rngs.items() if k.startswith(prefix)}
+        return json.loads((folder / "state.json").read_text()), rng
+    except (OSError, RuntimeError, ValueError, pickle.UnpicklingError, SafetensorError) as err:
+        raise CheckpointError(
+            f"{folder}: checkpoint damaged or unsafe to load ({type(err).__name__}: {err}); "
+            "delete it to train from the start"
+        ) from err
 
 
 def seed_everything(seed: int) -> None:

@@ -20,14 +20,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from tqdm.auto import tqdm
 
-from sentemb.encoder import POOLERS, Encoder, EncoderOutput, autocast_dtype, pool
+from sentemb.encoder import Encoder, EncoderOutput, autocast, autocast_dtype, pool
 from sentemb.io import atomic_path
 from sentemb.methods import CombinedMethod
 from sentemb.methods.base import TrainState, Views
@@ -39,45 +39,9 @@ from sentemb.training.checkpoint import (
     seed_everything,
     set_rng_state,
 )
+from sentemb.training.config import TrainConfig
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class TrainConfig:
-    """Params section `train` (unsupervised SimCSE's defaults)."""
-
-    max_length: int = 32
-    batch_size: int = 64
-    learning_rate: float = 3e-5
-    epochs: int = 1
-    max_steps: int | None = None
-    weight_decay: float = 0.0
-    warmup_steps: int = 0
-    pooler: str = "cls_before_pooler"
-    mlp_head: bool = True
-    eval_pooler: str = "cls_before_pooler"
-    eval_steps: int = 125
-    selection: Literal["stsb", "stsb+sick"] = "stsb"
-    checkpoint_steps: int = 50
-    log_steps: int = 10
-    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
-    device: str = "auto"
-    corpus: Literal["wiki", "sts"] = "wiki"
-
-    def validate(self) -> list[str]:
-        problems = []
-        for name in ("max_length", "batch_size", "epochs", "eval_steps", "checkpoint_steps"):
-            if getattr(self, name) < 1:
-                problems.append(f"{name}: must be >= 1, got {getattr(self, name)}")
-        if self.learning_rate <= 0:
-            problems.append(f"learning_rate: must be > 0, got {self.learning_rate}")
-        if self.max_steps is not None and self.max_steps < 1:
-            problems.append(f"max_steps: must be >= 1 or null, got {self.max_steps}")
-        for name in ("pooler", "eval_pooler"):
-            if getattr(self, name) not in POOLERS:
-                problems.append(f"{name}: {getattr(self, name)!r} is not one of {list(POOLERS)}")
-        return problems
 
 
 class MLPHead(nn.Module):
@@ -161,8 +125,9 @@ class Trainer:
         self.generator = torch.Generator(self.device).manual_seed(seed)
         self.checkpoint_dir, self.run_hash = checkpoint_dir, params_hash(run_params)
         self.on_log = on_log or (lambda metrics, step: None)
-        self.dtype = autocast_dtype(config.precision, self.device)
-        self.scaler = torch.amp.GradScaler(enabled=self.dtype == torch.float16)
+        fp16 = autocast_dtype(config.precision, self.device) == torch.float16
+        self.scaler = torch.amp.GradScaler(enabled=fp16)
+        self.encoder.train()  # dropout on from the first `step` (from_pretrained gives eval mode)
 
     @property
     def modules(self) -> dict[str, nn.Module]:
@@ -205,9 +170,7 @@ class Trainer:
             self.head,
             self.project,
         )
-        with torch.autocast(
-            self.device.type, self.dtype or torch.float32, enabled=bool(self.dtype)
-        ):
+        with autocast(self.config.precision, self.device):
             output = self.method(views, TrainState(step, self.total_steps, self.generator))
         return output.loss.float(), output.logs, views
 
@@ -284,7 +247,6 @@ class Trainer:
         """
         self.checkpoint_dir = self.checkpoint_dir / self.run_hash[:16]
         result = self._resume()
-        self.encoder.train()
         best_dir = self.checkpoint_dir / "best"
         started = time.perf_counter()
         bar = tqdm(range(result.steps, self.total_steps), desc="train", disable=self.rank != 0)

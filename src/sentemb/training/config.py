@@ -1,0 +1,45 @@
+"""Params section `train`, apart from the loop so that stages reading it import no training code."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from sentemb.encoder import POOLERS
+
+
+@dataclass
+class TrainConfig:
+    """Params section `train` (unsupervised SimCSE's defaults)."""
+
+    max_length: int = 32
+    batch_size: int = 64
+    learning_rate: float = 3e-5
+    epochs: int = 1
+    max_steps: int | None = None
+    weight_decay: float = 0.0
+    warmup_steps: int = 0
+    pooler: str = "cls_before_pooler"
+    mlp_head: bool = True
+    eval_pooler: str = "cls_before_pooler"
+    eval_steps: int = 125
+    selection: Literal["stsb", "stsb+sick"] = "stsb"
+    checkpoint_steps: int = 50
+    log_steps: int = 10
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    device: str = "auto"
+    corpus: Literal["wiki", "sts"] = "wiki"
+
+    def validate(self) -> list[str]:
+        problems = []
+        for name in ("max_length", "batch_size", "epochs", "eval_steps", "checkpoint_steps"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.learning_rate <= 0:
+            problems.append(f"learning_rate: must be > 0, got {self.learning_rate}")
+        if self.max_steps is not None and self.max_steps < 1:
+            problems.append(f"max_steps: must be >= 1 or null, got {self.max_steps}")
+        for name in ("pooler", "eval_pooler"):
+            if getattr(self, name) not in POOLERS:
+                problems.append(f"{name}: {getattr(self, name)!r} is not one of {list(POOLERS)}")
+        return problems
