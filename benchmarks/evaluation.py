@@ -17,15 +17,13 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
-import platform
 import statistics
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-import torch
+from collect import machine
 
 from sentemb.config import load_params, section
 from sentemb.data.readers import read_sick, read_sts_year, read_stsb
@@ -111,8 +109,7 @@ def main() -> None:
     medians = {k: statistics.median(v) for k, v in seconds.items()}
     report = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-        "torch": torch.__version__,
+        "machine": machine(),
         "model": model.name_or_path,
         "precision": model.precision,
         "tasks": args.tasks,

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import tempfile
 import time
@@ -25,7 +23,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-import torch
+from collect import machine
 from train_step import CORPUS, ROOT, WARMUP, pipeline_trainer, timed
 
 from sentemb.config import load_params, section
@@ -87,8 +85,7 @@ def main() -> None:
     }
     report = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-        "torch": torch.__version__,
+        "machine": machine(),
         "model": model.name_or_path,
         "sentences": len(sentences),
         "encode_seconds": encode,

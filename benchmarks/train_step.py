@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import tempfile
 import time
@@ -33,6 +31,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from collect import machine
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -189,8 +188,7 @@ def main() -> None:
             row["gflops_vs_simcse"] = row["gflops"] / results["simcse"]["gflops"]
     report = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-        "torch": torch.__version__,
+        "machine": machine(),
         "model": model,
         "batch_size": config.batch_size,
         "max_length": config.max_length,
