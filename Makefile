@@ -1,9 +1,10 @@
-# `make repro` sets everything up on a fresh machine and runs the pipeline; `make test` runs the tests.
+# `make repro` sets everything up on a fresh machine, pulls what a DVC remote holds and runs the
+# pipeline; `make test` runs the tests.
 SHELL := /bin/bash
 VENV := .venv
 ENV := export DVC_NO_ANALYTICS=1 MLFLOW_DISABLE_TELEMETRY=true NLTK_DATA="$${NLTK_DATA:-$(abspath ../shared/nltk_data)}" PATH="$(abspath $(VENV))/bin:$$PATH";
 
-.PHONY: install repro test lint
+.PHONY: install pull repro test lint
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	test -d $(VENV) || python3 -m venv $(VENV)
@@ -12,7 +13,13 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 
 install: $(VENV)/.installed
 
-repro: install
+# Where a DVC remote is configured, fetch what dvc.lock names before computing it; objects the
+# remote lacks are skipped, and a failed pull (offline) warns and leaves the work to `dvc repro`.
+pull: install
+	$(ENV) if [ -n "$$(dvc remote list)" ]; then dvc pull --allow-missing || \
+		echo "warning: dvc pull failed (see above); dvc repro computes what is missing" >&2; fi
+
+repro: pull
 	$(ENV) dvc repro
 
 test: install

@@ -6,6 +6,8 @@ Without `--model` it analyses the model training starts from (`model.name_or_pat
 pooler training evaluates (`train.eval_pooler`): the "before training" of SSCL Fig. 1 and 4.
 Writes `alignment` and `uniformity` (Wang & Isola; IS-CSE Fig. 3) and, per layer, `token_wise`
 (SSCL eq. 1; index 0 = the embedding layer) and `inter_layer` (eq. 2; entry i = layers i, i+1).
+A threshold that selects no positive pair, vectors that cannot be scored (non-finite, or the same
+for every sentence) and a NaN or infinite result are each one error, and nothing is written.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ from pathlib import Path
 
 from sentemb.analysis import AnalysisConfig, alignment, over_smoothing, uniformity
 from sentemb.cli import run_stage
-from sentemb.config import load_params, section
+from sentemb.config import ConfigError, load_params, section
 from sentemb.data.readers import read_stsb
 from sentemb.encoder import Encoder, ModelConfig
-from sentemb.evaluation.base import embed
-from sentemb.io import write_json
+from sentemb.evaluation.base import embed, require_finite, scoring
+from sentemb.io import check_output, write_json
 from sentemb.tracking import mlflow_run
 from sentemb.training.config import TrainConfig
 
@@ -34,6 +36,7 @@ def main() -> None:
     parser.add_argument("--data", default="data/raw", type=Path)
     parser.add_argument("--params", default="params.yaml")
     args = parser.parse_args()
+    check_output(args.out)  # refused now, not after the encoding
     params = load_params(args.params)
     config = section(params, "analysis", AnalysisConfig)
     model = section(params, "model", ModelConfig)
@@ -42,13 +45,20 @@ def main() -> None:
     else:
         name, pooler = args.model, "auto"
     pairs = read_stsb(args.data, "test")
+    positive = [i for i, score in enumerate(pairs.scores) if score > config.positive_threshold]
+    if not positive:
+        raise ConfigError(
+            f"analysis.positive_threshold: {config.positive_threshold} selects no STS-B test pair "
+            f"(positives score above it; the gold scores under {args.data} go up to "
+            f"{max(pairs.scores)}): choose a lower threshold"
+        )
     tracked = {"model": name, "pooler": pooler, "analysis": params.get("analysis", {})}
     with mlflow_run("analyze", tracked, run_name=f"analyze:{name}") as run:
         encoder = Encoder.from_pretrained(
             name, pooler, model.max_length, model.trust_remote_code, model.precision
         )
-        vectors, row = embed(encoder, [*pairs.first, *pairs.second], model.batch_size)
-        positive = [i for i, score in enumerate(pairs.scores) if score > config.positive_threshold]
+        with scoring(name):
+            vectors, row = embed(encoder, [*pairs.first, *pairs.second], model.batch_size)
         first = vectors[[row[pairs.first[i]] for i in positive]]
         second = vectors[[row[pairs.second[i]] for i in positive]]
         result = {
@@ -60,6 +70,7 @@ def main() -> None:
             "uniformity": uniformity(vectors, config.uniformity_t),
             **over_smoothing(encoder, list(row), model.batch_size),
         }
+        require_finite(f"{name}, analysis", result)
         write_json(args.out, result)
         run.log_metrics({"alignment": result["alignment"], "uniformity": result["uniformity"]})
         run.log_artifact(args.out)

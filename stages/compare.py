@@ -30,7 +30,7 @@ from sentemb.compare import (
 )
 from sentemb.config import ConfigError, load_params, run_plan, section
 from sentemb.evaluation.suites import PAIR_SUITES
-from sentemb.io import atomic_path, write_json
+from sentemb.io import atomic_path, check_output, write_json
 from sentemb.report import COLUMNS, REFINED, protocol, summary
 from sentemb.tracking import flatten, mlflow_run
 
@@ -79,6 +79,7 @@ def main() -> None:
     parser.add_argument("--report", default="reports/summary.md", type=Path)
     parser.add_argument("--plots", default="plots/compare", type=Path)
     args = parser.parse_args()
+    check_output(args.metrics)  # refused now, not after the bootstrap
     params = load_params(args.params)
     config = section(params, "compare", CompareConfig)
     methods, seeds = run_plan(params)
@@ -117,7 +118,7 @@ def main() -> None:
             }
             for method in methods[1:]:
                 paired[method][suite] = paired_comparison(
-                    replicates, per_seed, method, baseline, config.confidence
+                    replicates, per_seed, method, baseline, config.confidence, config.noise
                 )
         analysis = {
             m: {k: mean_std([f["analysis"][k] for f in files[m]]) for k in GEOMETRY}
@@ -154,6 +155,7 @@ def main() -> None:
             seeds,
             config.resamples,
             config.confidence,
+            config.noise,
         )
         with atomic_path(args.report) as tmp:
             tmp.write_text(text, encoding="utf-8")

@@ -2,8 +2,10 @@
 
 Writes `data/raw/` (archive layout, plus `MANIFEST.json` and the capped training corpus
 `corpus/train.txt`) and keeps the sha256 recorded on first download in
-`data/checksums.recorded.json`. A dataset found nowhere is listed under `missing` with the
-reason; evaluation skips it.
+`data/checksums.recorded.json`. A dataset that is known to exist (the mirror holds it, an earlier
+download fetched it, or the earlier `data/raw` had it) but cannot be had now is an error, and
+`data/raw` is left as it was; one that only the network has and never had (QQP, AskUbuntu
+offline) is listed under `missing` with the reason, and evaluation skips it.
 """
 
 from __future__ import annotations
@@ -21,12 +23,21 @@ from sentemb.io import atomic_path, write_json
 from sentemb.tracking import mlflow_run
 
 log = logging.getLogger("download")
+MANIFEST = "MANIFEST.json"
+
+
+def present_before(out: Path) -> set[str]:
+    """The datasets the earlier `out/MANIFEST.json` lists as present (none without one)."""
+    try:
+        return set(json.loads((out / MANIFEST).read_text(encoding="utf-8"))["datasets"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--params", default="params.yaml")
-    parser.add_argument("--out", default="data/raw")
+    parser.add_argument("--out", default="data/raw", type=Path)
     parser.add_argument("--recorded", default="data/checksums.recorded.json")
     args = parser.parse_args()
     params = load_params(args.params)
@@ -38,24 +49,31 @@ def main() -> None:
     recorded_path = Path(args.recorded)
     recorded = json.loads(recorded_path.read_text()) if recorded_path.is_file() else {}
     mirror = (Path(args.params).resolve().parent / config.mirror).resolve()
-    manifest: dict = {"mirror": str(mirror), "datasets": {}, "missing": {}}
+    manifest: dict = {"datasets": {}, "missing": {}}
+    before = present_before(args.out)
     with (
         mlflow_run("download", {"data": params.get("data", {})}) as run,
-        atomic_path(args.out) as root,
+        atomic_path(args.out, folder=True) as root,
     ):
         fetcher = Fetcher(root, mirror, recorded, Path("data/cache"), config.timeout)
+        expected = {n for n in names if n in before or fetcher.exists(DATASETS[n])}
+        lost: dict[str, DataUnavailable] = {}
         for name in names:
             try:
                 manifest["datasets"][name] = fetcher.fetch(DATASETS[name])
             except DataUnavailable as err:
                 log.warning("%s", err)
-                manifest["missing"][name] = str(err)
+                manifest["missing"][name] = err.reason
+                if name in expected:
+                    lost[name] = err
+        if lost:
+            raise unavailable(lost, mirror, args.out)
         if "wiki1m" in manifest["datasets"]:
             source = next(root / f for f in manifest["datasets"]["wiki1m"])
             count = cap_corpus(source, root / "corpus" / "train.txt", config.corpus_size)
             manifest["corpus"] = {"path": "corpus/train.txt", "sentences": count}
-        write_json(root / "MANIFEST.json", manifest)
-        run.log_artifact(root / "MANIFEST.json")
+        write_json(root / MANIFEST, manifest)
+        run.log_artifact(root / MANIFEST)
         write_json(recorded_path, dict(sorted(recorded.items())))
         run.log_metrics(
             {
@@ -69,6 +87,17 @@ def main() -> None:
         len(manifest["datasets"]),
         len(manifest["missing"]),
         ", ".join(manifest["missing"]) or "none",
+    )
+
+
+def unavailable(lost: dict[str, DataUnavailable], mirror: Path, out: Path) -> DataUnavailable:
+    """One error for the datasets known to exist that could not be had, before `out` is touched."""
+    listed = ", ".join(f"{n} (the training corpus)" if n == "wiki1m" else n for n in lost)
+    return DataUnavailable(
+        f"data.mirror: {len(lost)} dataset(s) that the mirror holds or an earlier download "
+        f"fetched could not be had: {listed} (first: {next(iter(lost.values()))}); nothing "
+        f"was written, {out} is as it was. Point data.mirror at the offline mirror (now "
+        f"{mirror}), go online, or leave them out of data.datasets"
     )
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from sentemb.cli import run_stage
 from sentemb.config import load_params, section
 from sentemb.data.readers import training_corpus
-from sentemb.io import write_json
+from sentemb.io import check_output, write_json
 from sentemb.phrases import PhrasesConfig, extract
 from sentemb.tracking import mlflow_run
 from sentemb.training.config import TrainConfig
@@ -30,6 +30,8 @@ def main() -> None:
     parser.add_argument("--out", default="data/phrases", type=Path)
     parser.add_argument("--metrics", default="metrics/phrases.json", type=Path)
     args = parser.parse_args()
+    check_output(args.out, folder=True)  # refused now rather than after the extraction
+    check_output(args.metrics)
     params = load_params(args.params)
     config = section(params, "phrases", PhrasesConfig)
     corpus_name = section(params, "train", TrainConfig).corpus

@@ -8,6 +8,10 @@ scored (`eval`). Chinese: per set, on its valid split (no Chinese training corpu
 `fit_on: corpus` v̂ and the kernel come from that split too). Writes the fitted refinements (the
 evaluate stage applies them), `metrics/refine.json` (the chosen λs, dev scores and mean cosine of
 random pairs before and after) and the eigenvalue bound of eq. 5 against λ2 (RepAL Fig. 2).
+The refinement records the English and Chinese models it was fitted on (name, weights sha256,
+pooler, width); evaluate refuses it around any other model. A Chinese set absent from `--data`
+without the download manifest saying why, vectors that cannot be scored and a NaN or infinite
+fitted value are each one error, and nothing is written.
 """
 
 from __future__ import annotations
@@ -23,20 +27,24 @@ from sentemb.cli import run_stage
 from sentemb.config import load_params, section
 from sentemb.data.readers import read_chinese, read_stsb, training_corpus
 from sentemb.encoder import ModelConfig
+from sentemb.evaluation.base import require_complete, require_finite, scoring
 from sentemb.evaluation.chinese import ChineseConfig, ChineseEvaluator, dataset_name
 from sentemb.evaluation.retrieval import CHINESE_PAIR_SETS, RetrievalConfig
 from sentemb.evaluation.suites import load_encoder, model_names
-from sentemb.io import write_json
+from sentemb.io import check_output, write_json
 from sentemb.phrases import read_idf
 from sentemb.plots import save
 from sentemb.refine import (
+    CHINESE,
     CHINESE_SCOPE,
+    ENGLISH,
     ENGLISH_SCOPE,
     CachedEncoder,
     Fitted,
     RefineConfig,
     eigenvalue_bounds,
     fit_scope,
+    model_identity,
     partial_mask,
     save_refinement,
     unique,
@@ -77,6 +85,8 @@ def main() -> None:
     parser.add_argument("--phrases", default="data/phrases", type=Path)
     parser.add_argument("--params", default="params.yaml")
     args = parser.parse_args()
+    check_output(args.out, folder=True)  # refused now, not after the fitting
+    check_output(args.metrics)
     params = load_params(args.params)
     config = section(params, "refine", RefineConfig)
     batch_size = section(params, "model", ModelConfig).batch_size
@@ -87,16 +97,18 @@ def main() -> None:
     metrics: dict[str, dict] = {}
     run_params = {"model": model, "refine": params.get("refine", {})}
     with mlflow_run("refine", run_params, run_name=f"refine:{model}") as run:
-        english = CachedEncoder(load_encoder(model, "en", params, args.data))
+        english_model = load_encoder(model, "en", params, args.data)
+        english = CachedEncoder(english_model)
         mask = partial_mask(config, english.mask_token, False, idf)
         corpus = None
         if config.fit_on == "corpus":
             lines = training_corpus(args.data, corpus_name)
             corpus = list(itertools.islice(lines, config.corpus_size))
         dev = read_stsb(args.data, "dev")
-        fit, metrics[ENGLISH_SCOPE], tried = fit_scope(
-            english, dev, corpus, mask, config, batch_size
-        )
+        with scoring(model):
+            fit, metrics[ENGLISH_SCOPE], tried = fit_scope(
+                english, dev, corpus, mask, config, batch_size
+            )
         fitted[ENGLISH_SCOPE] = fit
         searched = "repal" in config.methods and "corpus" in config.repal.levels
         lambdas = config.repal.lambda2 if searched else [0.0]
@@ -113,20 +125,28 @@ def main() -> None:
         ]
         lowest = min(curve, key=lambda p: p["bound"])
         metrics[ENGLISH_SCOPE]["bound/argmin_lambda2"] = lowest["lambda2"]
-        chinese = CachedEncoder(load_encoder(chinese_model, "zh", params, args.data))
+        chinese_encoder = load_encoder(chinese_model, "zh", params, args.data)
+        chinese = CachedEncoder(chinese_encoder)
         zh_mask = partial_mask(config, chinese.mask_token, True, None)
         probe = ChineseEvaluator(args.data)
         for name in chinese_sets(params):
             if not probe.available(dataset_name(name), ".valid."):
+                require_complete(probe, "chinese")
                 log.warning("%s: no refinement fitted: %s", name, probe.skipped[dataset_name(name)])
                 continue
             valid = read_chinese(args.data, name, "valid")
             sentences = unique([*valid.first, *valid.second]) if config.fit_on == "corpus" else None
-            fit, metrics[f"{CHINESE_SCOPE}{name}"], _ = fit_scope(
-                chinese, valid, sentences, zh_mask, config, batch_size
-            )
+            with scoring(f"{chinese_model}, {name}"):
+                fit, metrics[f"{CHINESE_SCOPE}{name}"], _ = fit_scope(
+                    chinese, valid, sentences, zh_mask, config, batch_size
+                )
             fitted[f"{CHINESE_SCOPE}{name}"] = fit
-        save_refinement(args.out, config, fitted, idf)
+        require_finite(", ".join(dict.fromkeys([model, chinese_model])), metrics)
+        models = {
+            ENGLISH: model_identity(model, english_model),
+            CHINESE: model_identity(chinese_model, chinese_encoder),
+        }
+        save_refinement(args.out, config, fitted, idf, models)
         write_json(args.plots / "refine_bound.json", curve)
         bound_plot(curve, args.plots / "refine_bound.png", f"RepAL eq. 5 on STS-B dev: {model}")
         write_json(args.metrics, {"fit_on": config.fit_on, **metrics})

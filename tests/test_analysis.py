@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from sentemb.analysis import alignment, over_smoothing, token_similarity, uniformity
+from sentemb.analysis import (
+    AnalysisConfig,
+    alignment,
+    over_smoothing,
+    token_similarity,
+    uniformity,
+)
+from sentemb.config import ConfigError, from_dict
 from sentemb.encoder import Encoder
 
 
@@ -47,3 +54,26 @@ def test_over_smoothing_on_a_tiny_model(tiny_encoder: Encoder) -> None:
     single = over_smoothing(tiny_encoder, sentences[1:2], batch_size=1)
     assert single["inter_layer"][0] == pytest.approx(first.item(), abs=1e-5)  # eq. 2 on [CLS]
     assert all(-1.0 <= v <= 1.0 for v in result["token_wise"] + result["inter_layer"])
+
+
+def test_uniformity_stays_finite_for_a_large_t() -> None:
+    vectors = np.array([[1.0, 0.0], [0.0, 1.0], [-2.0, 0.0]])  # squared distances 2, 4, 2
+    # log mean exp(-t d) with exp(-1000 d) = 0 in floating point: the log-sum-exp keeps it exact
+    assert uniformity(vectors, t=1000.0) == pytest.approx(-2000.0 + math.log(2 / 3))
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"uniformity_t": 0.0}, "analysis.uniformity_t: must be > 0 and finite, got 0.0"),
+        ({"uniformity_t": -2.0}, "analysis.uniformity_t: must be > 0 and finite, got -2.0"),
+        ({"uniformity_t": math.inf}, "analysis.uniformity_t: must be > 0 and finite, got inf"),
+        ({"uniformity_t": math.nan}, "analysis.uniformity_t: must be > 0 and finite, got nan"),
+        ({"positive_threshold": math.nan}, "analysis.positive_threshold: must be a number"),
+        ({"positive_threshold": -math.inf}, "analysis.positive_threshold: must be a number"),
+    ],
+)
+def test_analysis_params_out_of_range_are_refused(values: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        from_dict(AnalysisConfig, values, "analysis")
+    assert str(caught.value).startswith(message)

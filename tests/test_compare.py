@@ -42,10 +42,33 @@ def test_monotone_transform_gives_exactly_zero_and_no_significant_difference() -
     replicates = bootstrap_scores(one_task({"a": seeds, "b": transformed}, gold), 200, 0)
     assert np.all(replicates["a"]["t"] - replicates["b"]["t"] == pytest.approx(0.0, abs=1e-9))
     per_seed = {m: {"t": [80.0, 81.0, 79.0], "avg": [80.0, 81.0, 79.0]} for m in ("a", "b")}
-    result = paired_comparison(replicates, per_seed, "b", "a", 0.95)
+    result = paired_comparison(replicates, per_seed, "b", "a", 0.95, 0.01)
     assert result["t"]["difference"] == 0.0
     assert result["t"]["low"] == pytest.approx(0.0) and result["t"]["high"] == pytest.approx(0.0)
     assert not result["t"]["significant"] and result["t"]["p_seeds"] is None
+    assert result["t"]["below_noise"]
+
+
+@pytest.mark.parametrize(
+    ("shift", "noise", "below"),
+    [
+        (0.004, 0.01, True),
+        (-0.009, 0.01, True),
+        (0.01, 0.01, False),
+        (-0.5, 0.01, False),
+        (0.004, 0.0, False),
+    ],
+)
+def test_difference_below_noise_is_noise_even_when_significant(
+    shift: float, noise: float, below: bool
+) -> None:
+    """A method better by `shift` points on every seed and every resample: significant by the
+    bootstrap, and noise when |shift| < `noise` (a run on another CPU moves scores that much)."""
+    replicates = {"a": {"t": np.full(50, 80.0)}, "b": {"t": np.full(50, 80.0 + shift)}}
+    per_seed = {"a": {"t": [80.0, 81.0]}, "b": {"t": [80.0 + shift, 81.0 + shift]}}
+    result = paired_comparison(replicates, per_seed, "b", "a", 0.95, noise)["t"]
+    assert result["significant"] and result["difference"] == pytest.approx(shift)
+    assert result["below_noise"] is below
 
 
 def test_perfect_against_reversed_differs_by_200_on_every_resample() -> None:
@@ -142,3 +165,8 @@ def test_run_plan_and_config_errors_name_the_param() -> None:
         run_plan({"methods": ["dclr"], "seeds": [-1]})
     with pytest.raises(ConfigError, match=r"compare\.confidence"):
         section({"compare": {"confidence": 95}}, "compare", CompareConfig)
+    for noise in (-0.01, float("nan"), float("inf")):
+        with pytest.raises(ConfigError, match=r"compare\.noise: must be a finite number >= 0"):
+            section({"compare": {"noise": noise}}, "compare", CompareConfig)
+    with pytest.raises(ConfigError, match=r"compare\.noise: expected float"):
+        section({"compare": {"noise": "small"}}, "compare", CompareConfig)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
-from sentemb.config import ConfigError, load_params, section
+from sentemb.config import EVAL_SUITES, SECTIONS, ConfigError, load_params, section
 from sentemb.data.download import DataConfig
 from sentemb.encoder import ModelConfig
 from sentemb.evaluation.sts import STSConfig
@@ -55,3 +59,97 @@ def test_params_file_errors(tmp_path: Path) -> None:
     (tmp_path / "bad.yaml").write_text("a: [1,\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_params(tmp_path / "bad.yaml")
+
+
+def test_known_sections_are_those_of_params_yaml_and_the_method_registry() -> None:
+    """`config.SECTIONS` is the one list of top-level keys: params.yaml has exactly these, and
+    every registered training method has its section; `EVAL_SUITES` are the sections under
+    `eval`, the suites the evaluate stage and the refinements know."""
+    from sentemb import refine
+    from sentemb.evaluation import suites
+    from sentemb.methods import METHODS
+
+    params = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+    assert list(params) == list(SECTIONS)
+    assert set(METHODS) <= set(SECTIONS)
+    assert list(params["eval"]) == list(EVAL_SUITES) == list(suites.SUITES) == list(refine.SUITES)
+
+
+def test_config_module_stays_light() -> None:
+    code = "import sys, sentemb.config; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"simsce": {"temperature": 0.1}}, r"\['simsce'\] \(did you mean 'simcse'\?\)"),
+        ({"Model": {"pooler": "mean"}}, r"\['Model'\] \(did you mean 'model'\?\)"),
+        ({"method": "simcse"}, r"\['method'\] \(did you mean 'methods'\?\)"),
+        ({"zzz": 1, "trian": {}}, r"\['trian', 'zzz'\] \(did you mean 'train' for 'trian'\?\)"),
+        ({7: "x"}, r"\['7'\];"),
+    ],
+)
+def test_unknown_top_level_key_is_refused(tmp_path: Path, extra: dict, message: str) -> None:
+    params = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8")) | extra
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    prefix = re.escape(f"{path}: unknown top-level key(s) ")
+    with pytest.raises(ConfigError, match=f"^{prefix}{message}") as err:
+        load_params(path)
+    assert str(err.value).endswith(f"known keys are {list(SECTIONS)}")
+
+
+def test_unknown_eval_section_is_refused(tmp_path: Path) -> None:
+    params = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+    params["eval"]["stss"] = params["eval"].pop("sts")
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    message = (
+        r"^eval: unknown key\(s\) \['stss'\] \(did you mean 'sts'\?\); known keys are \['sts', "
+    )
+    with pytest.raises(ConfigError, match=message):
+        load_params(path)
+
+
+STAGE_ARGS = {
+    "analyze.py": ["--out", "analysis.json"],
+    "compare.py": [],
+    "download.py": [],
+    "evaluate.py": ["--suite", "sts", "--out", "sts.json"],
+    "phrases.py": [],
+    "refine.py": ["--out", "refined", "--metrics", "refine.json", "--plots", "plots"],
+    "train.py": [
+        *("--method", "simcse", "--seed", "1", "--out", "model", "--metrics", "train.json"),
+        *("--plots", "plots", "--checkpoints", "checkpoints"),
+    ],
+}
+
+
+def test_every_stage_reads_params_with_load_params() -> None:
+    stages = sorted(p.name for p in (REPO / "stages").glob("*.py"))
+    assert stages == sorted(STAGE_ARGS)
+    for name in stages:
+        assert "load_params(args.params)" in (REPO / "stages" / name).read_text(encoding="utf-8")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", sorted(STAGE_ARGS))
+def test_stage_refuses_a_misspelled_section(stage: str, tmp_path: Path) -> None:
+    """`simsce:` instead of `simcse:`: one error line, exit 1, nothing written."""
+    params = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+    params["simsce"] = params.pop("simcse")
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    done = subprocess.run(
+        [sys.executable, str(REPO / "stages" / stage), *STAGE_ARGS[stage]],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    error = done.stderr.strip().splitlines()[-1]
+    assert error.startswith("error: params.yaml: unknown top-level key(s) ['simsce'] ")
+    assert "(did you mean 'simcse'?); known keys are ['methods', " in error
+    assert [p.name for p in tmp_path.iterdir()] == ["params.yaml"]

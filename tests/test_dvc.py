@@ -38,11 +38,25 @@ def dvc_env(tmp_path: Path) -> dict[str, str]:
     }
 
 
+def clone_worktree(dest: Path, env: dict[str, str]) -> None:
+    """A git clone of this repo at `dest` with the working tree's uncommitted changes on top, so
+    the stages, dvc.yaml and params under test are the ones the library beside them goes with."""
+    run(["git", "clone", "-q", str(REPO), str(dest)], dest.parent, env)
+    listing = ["git", "ls-files", "-z", "--modified", "--others", "--exclude-standard"]
+    for name in filter(None, run(listing, REPO, env).split("\0")):
+        target = dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if (REPO / name).is_file():
+            shutil.copy2(REPO / name, target)
+        else:  # deleted in the working tree
+            target.unlink(missing_ok=True)
+
+
 @pytest.mark.slow
 def test_push_then_pull_in_fresh_clone(tmp_path: Path, mirror: Path) -> None:
     env = dvc_env(tmp_path)
     first, second, remote = tmp_path / "first", tmp_path / "second", tmp_path / "remote"
-    run(["git", "clone", "-q", str(REPO), str(first)], tmp_path, env)
+    clone_worktree(first, env)
     params = yaml.safe_load((first / "params.yaml").read_text())
     params["data"].update(mirror=str(mirror), corpus_size=200, datasets=["wiki1m", "STS13"])
     (first / "params.yaml").write_text(yaml.safe_dump(params))
@@ -77,7 +91,7 @@ def prepared(tmp_path_factory: pytest.TempPathFactory, mirror: Path, tiny_model_
     work = tmp_path_factory.mktemp("prepared")
     clone = work / "clone"
     env = dvc_env(work)
-    run(["git", "clone", "-q", str(REPO), str(clone)], work, env)
+    clone_worktree(clone, env)
     params = yaml.safe_load((clone / "params.yaml").read_text())
     params["data"].update(mirror=str(mirror), corpus_size=500, datasets=["wiki1m", "STSBenchmark"])
     params["model"]["name_or_path"] = str(tiny_model_dir)
@@ -168,3 +182,170 @@ def test_stage_killed_while_writing_leaves_no_partial_output(tmp_path: Path) -> 
     run([*DVC, "repro"], tmp_path, env)
     assert json.loads(out.read_text()) == {"whole": True}
     assert not list(tmp_path.glob(".partial-*"))  # the killed writer's temporary is gone
+
+
+FAKE_STAGE = """
+import json, os, sys, time
+from pathlib import Path
+if os.environ.get("FAKE_FAIL"):
+    sys.exit(1)
+if os.environ.get("FAKE_HANG"):
+    Path(os.environ["FAKE_HANG"]).touch()
+    time.sleep(600)
+for out in map(Path, sys.argv[1:]):
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if not out.suffix:
+        out.mkdir(exist_ok=True)
+        (out / "weights").write_text(os.environ["FAKE_RUN"])
+    elif out.parts[0] == "plots":
+        fields = ("step", "dev", "loss", "lambda2", "bound", "alignment", "uniformity")
+        out.write_text(json.dumps([dict.fromkeys(fields, 1.0)]))
+    else:
+        out.write_text(json.dumps({"avg": 1.0, "run": os.environ["FAKE_RUN"]}))
+"""
+
+
+def output_paths(stage: dict) -> list[str]:
+    """Every output a dvc.yaml stage declares (outs, metrics, plots), templates unresolved."""
+    return [
+        next(iter(out)) if isinstance(out, dict) else out
+        for kind in ("outs", "metrics", "plots")
+        for out in stage.get(kind, [])
+    ]
+
+
+def fake_pipeline(folder: Path, env: dict[str, str]) -> None:
+    """A git + DVC repo whose dvc.yaml is this one's (stages, matrices, params, outputs and
+    their flags) with each command replaced by `fake.py` writing the stage's outputs and the
+    code deps dropped; one method and one seed; run once and committed."""
+    spec = yaml.safe_load((REPO / "dvc.yaml").read_text())
+    for entry in spec["stages"].values():
+        stage = entry.get("do", entry)
+        stage["cmd"] = " ".join(["python fake.py", *output_paths(stage)])
+        code = ("src/", "stages/")
+        stage["deps"] = ["fake.py", *(d for d in stage["deps"] if not d.startswith(code))]
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params.update(methods=["simcse"], seeds=[1])
+    run(["git", "init", "-q"], folder, env)
+    run([*DVC, "init", "-q"], folder, env)
+    (folder / "dvc.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    (folder / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    (folder / "fake.py").write_text(FAKE_STAGE)
+    run([*DVC, "repro"], folder, {**env, "FAKE_RUN": "committed"})
+    run(["git", "add", "-A"], folder, env)
+    run(["git", "commit", "-qm", "results"], folder, env)
+
+
+def git_changes(folder: Path, env: dict[str, str]) -> list[str]:
+    return run(["git", "status", "--porcelain"], folder, env).splitlines()
+
+
+@pytest.mark.slow
+def test_interrupted_or_failed_stage_keeps_committed_outputs(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT to dvc and the stage, as a terminal sends it) during `train`, and every
+    stage of dvc.yaml failing in turn, leave every output as it was: DVC removes a stage's
+    outputs before running it unless they are `persist: true`. `dvc status` lists only the
+    interrupted stage; `dvc repro --dry` (which fails on a deleted model folder a later stage
+    reads), `dvc metrics show` and `dvc plots show` work afterwards."""
+    env = {**dvc_env(tmp_path), "FAKE_RUN": "new"}
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    fake_pipeline(repo, env)
+
+    failed = subprocess.run(
+        [*DVC, "repro", "--force", "--ignore-errors"],
+        cwd=repo,
+        env={**env, "FAKE_FAIL": "1"},
+        capture_output=True,
+        text=True,
+    )
+    stages = run([*DVC, "stage", "list", "--name-only"], repo, env).split()
+    assert "compare" in stages and failed.stderr.count("exited with 1") == len(stages)
+    assert git_changes(repo, env) == []
+    assert "up to date" in run([*DVC, "status"], repo, env)  # the cached outputs are kept too
+
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params["simcse"]["temperature"] = 0.1  # a param only `train` reads
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    started = tmp_path / "started"
+    job = subprocess.Popen(
+        [*DVC, "repro"],
+        cwd=repo,
+        env={**env, "FAKE_HANG": str(started)},
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    while not started.exists() and job.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert started.exists(), "the train stage did not start"
+    os.killpg(job.pid, signal.SIGINT)
+    assert job.wait(timeout=60) != 0
+    assert git_changes(repo, env) == [" M params.yaml"]
+    assert "Running stage 'train@simcse-1'" in run([*DVC, "repro", "--dry"], repo, env)
+    assert "metrics/runs/simcse-1/train.json" in run([*DVC, "metrics", "show"], repo, env)
+    run([*DVC, "plots", "show"], repo, env)
+    status = yaml.safe_load(run([*DVC, "status", "--json"], repo, env))
+    assert list(status) == ["train@simcse-1"]
+    assert (repo / "models/simcse-1/weights").read_text() == "committed"
+
+
+def test_every_output_persists() -> None:
+    """Each output of dvc.yaml is `persist: true`, so `dvc repro` does not delete it before the
+    stage has written its new one (every stage writes each output atomically: io.atomic_path).
+    A git-tracked one (`cache: false`) could not be restored from DVC's cache at all."""
+    spec = yaml.safe_load((REPO / "dvc.yaml").read_text())
+    removed = [
+        f"{name}: {next(iter(out)) if isinstance(out, dict) else out}"
+        for name, entry in spec["stages"].items()
+        for kind in ("outs", "metrics", "plots")
+        for out in entry.get("do", entry).get(kind, [])
+        if not (isinstance(out, dict) and next(iter(out.values())).get("persist"))
+    ]
+    assert not removed, f"outputs that `dvc repro` deletes before the stage runs: {removed}"
+
+
+@pytest.mark.slow
+def test_make_repro_pulls_what_a_configured_remote_holds(tmp_path: Path) -> None:
+    """`make repro` runs `dvc pull` first where a remote is configured: a fresh clone gets the
+    pushed output instead of computing it; without a remote, or with one that lacks the
+    objects, the stage is computed; a pull that fails (here: it would overwrite a file the user
+    changed) warns, keeps the file and does not stop the run."""
+    env = dvc_env(tmp_path)
+    make = ["make", "-s", "-f", str(REPO / "Makefile"), "-o", ".venv/.installed"]
+    origin, log = tmp_path / "origin", tmp_path / "ran.log"
+    origin.mkdir()
+    run(["git", "init", "-q"], origin, env)
+    run([*DVC, "init", "-q"], origin, env)
+    (origin / "dep").write_text("v1\n")
+    stage = {"cmd": f"echo ran >> {log} && cp dep out.txt", "deps": ["dep"], "outs": ["out.txt"]}
+    (origin / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"make": stage}}))
+    run([*DVC, "repro"], origin, env)
+    run([*DVC, "remote", "add", "-d", "store", str(tmp_path / "remote")], origin, env)
+    run([*DVC, "push"], origin, env)
+    run(["git", "add", "-A"], origin, env)
+    run(["git", "commit", "-qm", "pushed"], origin, env)
+
+    def clone(name: str) -> Path:
+        folder = tmp_path / name
+        run(["git", "clone", "-q", str(origin), str(folder)], tmp_path, env)
+        return folder
+
+    pulled = clone("pulled")
+    run([*make, "repro"], pulled, env)
+    assert (pulled / "out.txt").read_text() == "v1\n" and log.read_text() == "ran\n"
+
+    for name, remote in (("no-remote", None), ("empty-remote", tmp_path / "empty")):
+        folder = clone(name)
+        command = ["remote", "remove", "store"] if remote is None else ["remote", "add", "-f"]
+        run([*DVC, *command, *(["store", str(remote)] if remote else [])], folder, env)
+        run([*make, "repro"], folder, env)
+        assert (folder / "out.txt").read_text() == "v1\n"
+    assert log.read_text() == "ran\n" * 3
+
+    (pulled / "out.txt").write_text("mine\n")
+    failed = subprocess.run([*make, "pull"], cwd=pulled, env=env, capture_output=True, text=True)
+    assert failed.returncode == 0
+    assert "warning: dvc pull failed" in failed.stderr
+    assert (pulled / "out.txt").read_text() == "mine\n"

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from sentemb import encoder
 from sentemb.config import ConfigError, section
 from sentemb.encoder import (
     DEFAULT_MODEL,
@@ -117,6 +118,21 @@ def broken_copy(source: Path, target: Path, fault: str) -> Path:
         from transformers import BertConfig, BertModel
 
         BertModel(BertConfig.from_pretrained(target, vocab_size=1000)).save_pretrained(target)
+    elif fault == "pickle weights":  # what save_pretrained wrote before safetensors
+        from safetensors.torch import load_file
+
+        torch.save(load_file(target / "model.safetensors"), target / "pytorch_model.bin")
+        (target / "model.safetensors").unlink()
+    elif fault == "config not JSON":
+        config_file.write_text('{"model_type": "bert",')
+    elif fault == "pooler file damaged":
+        (target / "sentemb_pooler.json").write_text('{"pooler": "max"}')
+    elif fault == "pooling config missing":  # modules.json names a folder that is not there
+        modules = [{"idx": 1, "name": "1", "path": "1_Pooling", "type": "x.models.Pooling"}]
+        (target / "modules.json").write_text(json.dumps(modules))
+    elif fault == "damaged weights":  # cut short, as by a full disk or an interrupted copy
+        weights = (target / "model.safetensors").read_bytes()
+        (target / "model.safetensors").write_bytes(weights[: len(weights) // 2])
     return target
 
 
@@ -125,6 +141,12 @@ MODEL_FAULTS = {
     "no config": "has no config.json",
     "remote code": r"needs its own Python code .* unless model\.trust_remote_code is true",
     "other tokenizer": "tokenizer .* has 30522 tokens but the model's embedding has 1000 rows",
+    "pickle weights": r"model/pytorch_model\.bin: weights saved as a pickle, which can run code "
+    r"when loaded; the pipeline loads only safetensors: convert them",
+    "config not JSON": r"model/config\.json: not a readable JSON file",
+    "pooler file damaged": r"model/sentemb_pooler\.json: expected \{'pooler': one of \['cls', ",
+    "pooling config missing": r"model/1_Pooling/config\.json: not a readable JSON file \(\[Errno 2",
+    "damaged weights": r"model: cannot be loaded: .*incomplete metadata",
 }
 
 
@@ -142,6 +164,7 @@ def test_hub_refusal_of_custom_code_names_the_param(monkeypatch: pytest.MonkeyPa
     def refuse(*args, **kwargs):
         raise ValueError("... contains custom code ... pass `trust_remote_code=True` ...")
 
+    monkeypatch.setattr(encoder, "hub_model", lambda name, param: name)  # as if downloadable
     monkeypatch.setattr(AutoTokenizer, "from_pretrained", refuse)
     with pytest.raises(ConfigError, match=r"^dclr\.complementary_model: org/custom needs its own"):
         Encoder.from_pretrained("org/custom", param="dclr.complementary_model")

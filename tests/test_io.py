@@ -1,16 +1,19 @@
-"""Atomic outputs: a full disk, a read-only folder or a killed writer leave nothing half-written."""
+"""Atomic outputs: a full disk, a read-only folder or a killed writer leave nothing half-written,
+and an output never replaces anything the pipeline did not write."""
 
 from __future__ import annotations
 
 import errno
 import json
+import os
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from sentemb.io import OutputError, atomic_path, write_json
+from sentemb.io import MARKER, MARKER_HEADER, OutputError, atomic_path, write_json
 
 
 def leftovers(folder: Path) -> list[str]:
@@ -22,7 +25,7 @@ def test_replaces_file_and_folder_in_one_rename(tmp_path: Path) -> None:
     write_json(tmp_path / "m.json", {"a": 2})
     assert json.loads((tmp_path / "m.json").read_text()) == {"a": 2}
     for value in ("first", "second"):
-        with atomic_path(tmp_path / "model") as tmp:
+        with atomic_path(tmp_path / "model", folder=True) as tmp:
             tmp.mkdir()
             (tmp / "weights").write_text(value)
     assert (tmp_path / "model" / "weights").read_text() == "second"
@@ -78,3 +81,140 @@ def test_killed_writer_temporary_is_removed_by_next_write(tmp_path: Path) -> Non
     (tmp_path / ".partial-other.json.x").mkdir()
     write_json(tmp_path / "m.json", {"a": 1})
     assert leftovers(tmp_path) == [".partial-other.json.x"]
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder` (links as their target's name) by relative path."""
+    return {
+        p.relative_to(folder).as_posix(): str(p.readlink()).encode()
+        if p.is_symlink()
+        else p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_symlink() or p.is_file()
+    }
+
+
+def user_folder(path: Path) -> Path:
+    """A folder the user made: files at two depths, nothing the pipeline wrote."""
+    (path / "sub").mkdir(parents=True)
+    (path / "notes.txt").write_text("mine")
+    (path / "sub" / "result.json").write_text("{}")
+    return path
+
+
+def pipeline_folder(path: Path) -> Path:
+    """A folder output as `atomic_path` writes it."""
+    with atomic_path(path, folder=True) as tmp:
+        (tmp / "sub").mkdir(parents=True)
+        (tmp / "weights").write_text("w")
+        (tmp / "sub" / "config.json").write_text("{}")
+    return path
+
+
+@pytest.mark.parametrize("kind", ["folder with files", "empty folder", "link to a folder"])
+def test_file_output_never_replaces_a_folder(tmp_path: Path, kind: str) -> None:
+    target = tmp_path / "metrics"
+    if kind == "folder with files":
+        user_folder(target)
+    elif kind == "empty folder":
+        target.mkdir()
+    else:
+        target.symlink_to(user_folder(tmp_path / "elsewhere"))
+    before = snapshot(tmp_path)
+    refused = rf"^{re.escape(str(target))}: not written: it would replace a folder, and this output"
+    with pytest.raises(OutputError, match=refused):
+        write_json(target, {"a": 1})
+    ran = []
+    with pytest.raises(OutputError, match=refused), atomic_path(target) as tmp:
+        ran.append(tmp)  # refused before the body runs: no work is done for nothing
+    assert ran == [] and snapshot(tmp_path) == before and target.exists()
+
+
+@pytest.mark.parametrize("kind", ["user folder", "pipeline folder + user file", "file", "link"])
+def test_folder_output_replaces_only_what_the_pipeline_wrote(tmp_path: Path, kind: str) -> None:
+    target = tmp_path / "model"
+    if kind == "user folder":
+        user_folder(target)
+        reason = f"a folder the pipeline did not write \\(no {MARKER}\\)"
+    elif kind == "pipeline folder + user file":
+        (pipeline_folder(target) / "sub" / "mine.txt").write_text("mine")
+        reason = r"files the pipeline did not write \(sub/mine\.txt\)"
+    elif kind == "file":
+        target.write_text("mine")
+        reason = "a file or link, and this output is a folder"
+    else:
+        target.symlink_to(pipeline_folder(tmp_path / "elsewhere"))
+        reason = "a file or link, and this output is a folder"
+    before = snapshot(tmp_path)
+    refused = rf"^{re.escape(str(target))}: not written: it would replace {reason}"
+    with pytest.raises(OutputError, match=refused):
+        pipeline_folder(target)
+    assert snapshot(tmp_path) == before and leftovers(tmp_path) == []
+
+
+def test_persisted_dvc_output_without_marker_is_replaced_under_dvc(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder output from before the marker existed, kept by DVC's `persist: true`: DVC runs
+    the stage that declares it (DVC_STAGE set) and holds the earlier one in its cache."""
+    target = user_folder(tmp_path / "model")
+    with pytest.raises(OutputError, match="did not write"):
+        pipeline_folder(target)
+    monkeypatch.setenv("DVC_STAGE", "train@simcse-42")
+    pipeline_folder(target)
+    assert (target / MARKER).is_file() and (target / "weights").read_text() == "w"
+
+
+def test_folder_output_replaces_its_own_or_an_empty_folder(tmp_path: Path) -> None:
+    (tmp_path / "empty" / "sub").mkdir(parents=True)
+    for target in (tmp_path / "empty", pipeline_folder(tmp_path / "model")):
+        with atomic_path(target, folder=True) as tmp:
+            tmp.mkdir()
+            (tmp / "weights").write_text("new")
+        assert snapshot(target) == {
+            MARKER: f"{MARKER_HEADER}\nweights\n".encode(),
+            "weights": b"new",
+        }
+    assert leftovers(tmp_path) == []
+
+
+def test_marker_lists_every_file_in_order(tmp_path: Path) -> None:
+    marker = (pipeline_folder(tmp_path / "model") / MARKER).read_text()
+    assert marker.splitlines() == [MARKER_HEADER, "sub/config.json", "weights"]
+
+
+def test_user_file_added_while_writing_is_kept(tmp_path: Path) -> None:
+    """Checked again before the rename: a file the user put there meanwhile is never removed."""
+    target = pipeline_folder(tmp_path / "model")
+    late = pytest.raises(OutputError, match=r"files the pipeline did not write \(late\.txt\)")
+    with late, atomic_path(target, folder=True) as tmp:
+        tmp.mkdir()
+        (target / "late.txt").write_text("mine")
+    assert (target / "late.txt").read_text() == "mine" and (target / "weights").is_file()
+    assert leftovers(tmp_path) == []
+
+
+def test_folder_written_as_a_file_output_is_a_bug(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="pass folder=True"), atomic_path(tmp_path / "m") as tmp:
+        tmp.mkdir()
+    assert not (tmp_path / "m").exists() and leftovers(tmp_path) == []
+
+
+def test_folder_that_cannot_be_listed_is_not_replaced(tmp_path: Path, monkeypatch) -> None:
+    """A subfolder that cannot be listed (another user's; injected, as root reads any) looks
+    empty to a walk that skips errors: the folder is refused, not replaced."""
+    target = tmp_path / "model"
+    (target / "sub").mkdir(parents=True)
+    (target / "sub" / "result.json").write_text("{}")
+    listing = os.scandir
+
+    def denied(path):
+        if Path(path) == target / "sub":
+            raise PermissionError(13, "Permission denied", str(path))
+        return listing(path)
+
+    monkeypatch.setattr(os, "scandir", denied)
+    with pytest.raises(OutputError, match=r"a folder that cannot be listed \(.*Permission denied"):
+        pipeline_folder(target)
+    monkeypatch.undo()
+    assert snapshot(target) == {"sub/result.json": b"{}"}

@@ -1,5 +1,5 @@
 """dvc.yaml: every stage lists as deps the source files its script imports, so a code change
-re-runs exactly the stages it can affect."""
+re-runs exactly the stages it can affect; dvc.lock matches the code and params it was run with."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import ast
 import os
 import subprocess
 import sys
-from pathlib import Path
+from collections import defaultdict
+from pathlib import Path, PurePosixPath
 
 import pytest
 import yaml
@@ -77,3 +78,118 @@ def test_bytecode_is_not_a_dependency() -> None:
         env={**os.environ, "DVC_NO_ANALYTICS": "1"},
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def stale_stages(root: Path) -> dict[str, list[str]]:
+    """Per stage of `root`'s dvc.yaml whose code or params differ from dvc.lock, what differs:
+    the command, a params value, or a dep that no stage writes (source files, each hashed as DVC
+    hashes it: md5 of the bytes, of the listing for a folder). Deps that are outputs of stages
+    (data, models, metrics: absent in a clean clone) are left out; they follow from these."""
+    from dvc.repo import Repo
+
+    lock = yaml.safe_load((root / "dvc.lock").read_text()) if (root / "dvc.lock").exists() else {}
+    locked = set((lock or {}).get("stages", {}))
+    with Repo(str(root)) as repo:
+        stages = list(repo.index.stages)
+        written = [PurePosixPath(out.def_path) for stage in stages for out in stage.outs]
+        stale: dict[str, list[str]] = {}
+        for stage in stages:
+            if stage.name not in locked:
+                stale[stage.name] = ["not in dvc.lock"]
+                continue
+            changes = ["command changed"] if stage.changed_stage() else []
+            for dep in stage.deps:
+                path = PurePosixPath(dep.def_path)
+                if any(path == o or o in path.parents or path in o.parents for o in written):
+                    continue
+                for state in dep.workspace_status().values():
+                    if isinstance(state, dict):  # params: {name: modified | new | deleted}
+                        changes += [f"{dep.def_path} {k} {v}" for k, v in state.items()]
+                    else:
+                        changes.append(f"{dep.def_path} {state}")
+            if changes:
+                stale[stage.name] = changes
+    return stale
+
+
+def stale_report(stale: dict[str, list[str]]) -> str:
+    """One line per change with the stages it concerns (the first five named)."""
+    stages_of: dict[str, list[str]] = defaultdict(list)
+    for stage, changes in stale.items():
+        for change in changes:
+            stages_of[change].append(stage)
+    lines = [
+        f"dvc.lock is stale for {len(stale)} stage(s): run `dvc repro` and commit dvc.lock with"
+        " the change that made it stale"
+    ]
+    for change, names in stages_of.items():
+        more = f", ... ({len(names)} stages)" if len(names) > 5 else ""
+        lines.append(f"  {change}: {', '.join(names[:5])}{more}")
+    return "\n".join(lines)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="dvc.lock at HEAD predates the code of issues 7, 8 and 15 (its last full rerun is"
+    " 9c232f4); the full rerun (2.5 h) planned after issue 15 refreshes it, and then this"
+    " marker goes",
+)
+def test_lock_matches_code_and_params() -> None:
+    """A change to a stage's code or params is committed with the dvc.lock it produces, so a
+    fresh clone's `dvc repro` reuses the committed results instead of recomputing them."""
+    stale = stale_stages(REPO)
+    assert not stale, stale_report(stale)
+
+
+STEP = """
+import json, sys
+from pathlib import Path
+Path(sys.argv[2]).write_text(json.dumps({"n": len(Path(sys.argv[1]).read_text())}))
+"""
+
+
+@pytest.mark.slow
+def test_stale_lock_check_names_each_change(tmp_path: Path) -> None:
+    """The check on a tiny pipeline: fresh after `dvc repro` even with the data outputs gone
+    (a clean clone); then a code edit, a params edit, a changed command and a new stage are each
+    reported with the stage they concern."""
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
+
+    def dvc(*args: str) -> None:
+        subprocess.run([sys.executable, "-m", "dvc", *args], cwd=tmp_path, env=env, check=True)
+
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    dvc("init", "-q")
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "step.py").write_text(STEP)
+    (tmp_path / "params.yaml").write_text("step:\n  size: 1\n  other: 2\n")
+    spec = {
+        "stages": {
+            "make": {"cmd": "echo abc > data.txt", "outs": ["data.txt"]},
+            "count": {
+                "cmd": "python lib/step.py data.txt count.json",
+                "deps": ["data.txt", "lib"],
+                "params": ["step.size"],
+                "metrics": [{"count.json": {"cache": False, "persist": True}}],
+            },
+        }
+    }
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump(spec))
+    dvc("repro", "-q")
+    (tmp_path / "data.txt").unlink()
+    assert stale_stages(tmp_path) == {}
+
+    (tmp_path / "lib" / "step.py").write_text(STEP + "\n")
+    (tmp_path / "params.yaml").write_text("step:\n  size: 3\n  other: 4\n")
+    spec["stages"]["make"]["cmd"] += " "
+    spec["stages"]["new"] = {"cmd": "true", "deps": ["lib"], "outs": ["new.txt"]}
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump(spec))
+    stale = stale_stages(tmp_path)
+    assert stale == {
+        "make": ["command changed"],
+        "count": ["lib modified", "params.yaml step.size modified"],
+        "new": ["not in dvc.lock"],
+    }
+    report = stale_report(stale)
+    assert "dvc.lock is stale for 3 stage(s)" in report and "  lib modified: count" in report

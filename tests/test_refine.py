@@ -1,29 +1,47 @@
-"""RepAL (eq. 1-5) and whitening on toy encoders, by hand; the fitted state's round trip."""
+"""RepAL (eq. 1-5) and whitening on toy encoders, by hand; the fitted state's round trip, and
+its refusal around another model."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
+from safetensors.numpy import load_file, save_file
 
 from sentemb.config import ConfigError
 from sentemb.data.readers import PairSet
+from sentemb.encoder import Encoder
+from sentemb.evaluation.base import SentenceEncoder
 from sentemb.refine import (
+    CHINESE,
+    ENGLISH,
     ENGLISH_SCOPE,
+    TENSOR_FILE,
     Fitted,
+    ModelIdentity,
     PartialMask,
+    PerSetEncoder,
     RefineConfig,
+    RefinementMismatch,
     RepALConfig,
     RepALEncoder,
     Whitening,
     eigenvalue_bounds,
     fit_scope,
-    refined_encoders,
+    load_refinement,
+    model_identity,
+    refinements,
     save_refinement,
     search_lambdas,
 )
+
+TOY = ModelIdentity("toy", "ab" * 32, "mean", 8)  # what toy_dev's encoder stands for
 
 
 class TableEncoder:
@@ -165,13 +183,29 @@ def test_eigenvalue_bound_is_eq_5_by_hand() -> None:
     assert eigenvalue_bounds(e, [0.0, 1.0]) == pytest.approx([np.sqrt(3) / 2, 0.0])
 
 
+def refined_encoders(
+    folder: Path, encoder: SentenceEncoder, identity: ModelIdentity = TOY
+) -> dict[str, SentenceEncoder]:
+    """The English refinements in `folder` around `encoder`, as the evaluate stage builds them."""
+    return refinements(*load_refinement(folder, {ENGLISH: identity}), encoder, None, False)
+
+
+def saved_toy_refinement(folder: Path) -> Path:
+    """RepAL (corpus level) and whitening fitted on the toy encoder, saved as fitted on TOY."""
+    encoder, dev, fit = toy_dev()
+    config = RefineConfig(repal=RepALConfig(levels=["corpus"], lambda2=[0.0, 1.0]))
+    fitted, _, _ = fit_scope(encoder, dev, fit, None, config, batch_size=8)
+    save_refinement(folder, config, {ENGLISH_SCOPE: fitted}, None, {ENGLISH: TOY, CHINESE: TOY})
+    return folder
+
+
 def test_saved_refinement_gives_the_same_vectors(tmp_path: Path) -> None:
     encoder, dev, fit = toy_dev()
     config = RefineConfig(repal=RepALConfig(levels=["corpus"], lambda2=[0.0, 1.0]))
     fitted, _, _ = fit_scope(encoder, dev, fit, None, config, batch_size=8)
     assert fitted.whitening is not None
-    save_refinement(tmp_path / "refined", config, {ENGLISH_SCOPE: fitted}, None)
-    loaded = refined_encoders(tmp_path / "refined", encoder, None, chinese=False)
+    save_refinement(tmp_path / "refined", config, {ENGLISH_SCOPE: fitted}, None, {ENGLISH: TOY})
+    loaded = refined_encoders(tmp_path / "refined", encoder)
     assert set(loaded) == {"repal", "whitening"}
     direct = RepALEncoder(encoder, None, fitted.lambda1, fitted.lambda2, fitted.mean)
     np.testing.assert_array_equal(loaded["repal"].encode(dev.first), direct.encode(dev.first))
@@ -182,6 +216,72 @@ def test_saved_refinement_gives_the_same_vectors(tmp_path: Path) -> None:
 
 def test_sentence_level_needs_a_mask_token(tmp_path: Path) -> None:
     encoder = toy_dev()[0]
-    save_refinement(tmp_path / "r", RefineConfig(), {ENGLISH_SCOPE: Fitted()}, IDF)
+    save_refinement(tmp_path / "r", RefineConfig(), {ENGLISH_SCOPE: Fitted()}, IDF, {ENGLISH: TOY})
     with pytest.raises(ConfigError, match=r"refine\.repal\.levels"):
-        refined_encoders(tmp_path / "r", encoder, None, chinese=False)
+        refined_encoders(tmp_path / "r", encoder)
+
+
+# --- a refinement belongs to one model ------------------------------------------------------
+
+
+def test_model_identity_is_the_weights_pooler_and_width(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    first = model_identity("a", Encoder.from_pretrained(str(tiny_model_dir)))
+    assert (first.pooler, first.dim, len(first.sha256)) == ("cls_before_pooler", 32, 64)
+    copy = shutil.copytree(tiny_model_dir, tmp_path / "copy")
+    same = model_identity("b", Encoder.from_pretrained(str(copy)))
+    assert same.same_vectors(first) and same.model == "b"  # the path is a name, not the identity
+    mean = model_identity("a", Encoder.from_pretrained(str(tiny_model_dir), pooler="mean"))
+    assert not mean.same_vectors(first)
+    changed = Encoder.from_pretrained(str(copy))
+    with torch.no_grad():
+        changed.backbone.embeddings.word_embeddings.weight[0, 0] += 1e-3
+    assert model_identity("b", changed).sha256 != first.sha256
+
+
+@pytest.mark.parametrize(
+    ("other", "shown"),
+    [
+        (dataclasses.replace(TOY, model="other", sha256="cd" * 32), "weights sha256 cdcdcdcdcdcd"),
+        (dataclasses.replace(TOY, pooler="cls"), "pooler cls"),
+        (dataclasses.replace(TOY, model="wide", sha256="ef" * 32, dim=384), "384-dim vectors"),
+    ],
+)
+def test_refinement_of_another_model_is_refused_naming_both(
+    tmp_path: Path, other: ModelIdentity, shown: str
+) -> None:
+    folder = saved_toy_refinement(tmp_path / "r")
+    with pytest.raises(RefinementMismatch) as caught:
+        refined_encoders(folder, toy_dev()[0], other)
+    message = str(caught.value)
+    assert message.startswith(f"{folder}: its english refinement was fitted on {TOY}, not on ")
+    assert str(other) in message and shown in message
+    with pytest.raises(RefinementMismatch, match="its chinese refinement"):
+        load_refinement(folder, {ENGLISH: TOY, CHINESE: other})
+
+
+def test_refinement_without_a_model_record_or_damaged_is_refused(tmp_path: Path) -> None:
+    folder = saved_toy_refinement(tmp_path / "r")
+    state_file = folder / "refinement.json"
+    state = json.loads(state_file.read_text())
+    state_file.write_text(json.dumps({k: v for k, v in state.items() if k != "models"}))
+    with pytest.raises(RefinementMismatch, match="records no model its english fits were made on"):
+        refined_encoders(folder, toy_dev()[0])
+    state_file.write_text(json.dumps(state | {"models": {ENGLISH: {"model": "x"}}}))
+    with pytest.raises(ConfigError, match="not a refinement written by the refine stage"):
+        refined_encoders(folder, toy_dev()[0])
+    state_file.write_text(json.dumps(state))
+    tensors = load_file(folder / TENSOR_FILE)
+    tensors["english/mean"] = np.zeros(16, dtype=np.float32)  # another width than recorded
+    save_file(tensors, folder / TENSOR_FILE)
+    with pytest.raises(ConfigError, match=r"english/mean has shape \(16,\), but the model it"):
+        refined_encoders(folder, toy_dev()[0])
+
+
+def test_chinese_set_without_a_fit_is_one_error() -> None:
+    per_set = PerSetEncoder({"PAWSX": toy_dev()[0]})
+    with pytest.raises(
+        RefinementMismatch, match=r"no refinement was fitted for the Chinese set BQ"
+    ):
+        per_set.for_set("BQ")

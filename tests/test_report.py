@@ -27,12 +27,28 @@ def test_suite_table_rows() -> None:
     ]
 
 
+def result(difference: float, low: float, high: float, p: float | None) -> dict:
+    significant = low > 0 or high < 0
+    return {
+        "difference": difference,
+        "low": low,
+        "high": high,
+        "significant": significant,
+        "below_noise": abs(difference) < 0.01,
+        "p_seeds": p,
+    }
+
+
 def test_paired_rows_follow_the_tables_order_with_a_verdict() -> None:
-    covers = {"difference": 0.2, "low": -0.1, "high": 0.5, "significant": False, "p_seeds": None}
-    above = {"difference": 1.0, "low": 0.4, "high": 1.6, "significant": True, "p_seeds": 0.0123}
-    text = paired_table({"sscl": {"sts": {"avg": covers, "STS12": above}}}, "simcse", 0.95)
+    tasks = {
+        "avg": result(0.2, -0.1, 0.5, None),
+        "STS12": result(1.0, 0.4, 1.6, 0.0123),
+        "STS13": result(-0.004, -0.006, -0.002, 0.2),  # significant, but below the noise
+    }
+    text = paired_table({"sscl": {"sts": tasks}}, "simcse", 0.95)
     assert text.splitlines()[0].endswith("| p (t-test, seeds) | verdict |")
     assert text.splitlines()[2:] == [
         "| sscl - simcse | sts STS12 | +1.00 | [+0.40, +1.60] | 0.012 | significant |",
+        "| sscl - simcse | sts STS13 | -0.00 | [-0.01, -0.00] | 0.200 | noise |",
         "| sscl - simcse | sts avg | +0.20 | [-0.10, +0.50] | - | no significant difference |",
     ]

@@ -286,6 +286,76 @@ def test_bad_values_and_missing_artifact_do_not_disable_tracking(
     assert got.info.status == "FINISHED"
 
 
+# A stage body that logs, says it is running (the run id in argv[1]) and waits to be signalled.
+SIGNALLED_STAGE = """
+import sys, time
+from pathlib import Path
+from sentemb.tracking import mlflow_run
+
+with mlflow_run("train", {"lr": 0.1}) as run:
+    run.log_metrics({"loss": 1.0}, step=1)
+    Path(sys.argv[1]).write_text(run.run_id)
+    while True:
+        time.sleep(0.05)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signalled_stage_process_marks_run_killed(
+    sqlite_uri: str, tmp_path: Path, signum: int
+) -> None:
+    """`kill` (SIGTERM) and Ctrl-C (SIGINT) of a real process: the run ends KILLED in the
+    SQLite store, the exit status is non-zero (143 for SIGTERM, with no traceback)."""
+    from mlflow.tracking import MlflowClient
+
+    started = tmp_path / "started"
+    process = subprocess.Popen(
+        [sys.executable, "-c", SIGNALLED_STAGE, str(started)],
+        env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not started.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert started.exists(), process.communicate(timeout=10)
+        process.send_signal(signum)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    got = MlflowClient(tracking_uri=sqlite_uri).get_run(started.read_text())
+    assert got.info.status == "KILLED", stderr
+    assert got.info.end_time is not None
+    assert got.data.metrics == {"loss": 1.0}
+    assert process.returncode != 0
+    if signum == signal.SIGTERM:
+        assert process.returncode == 128 + signal.SIGTERM, stderr
+        assert "Traceback" not in stderr, stderr
+
+
+def test_sigterm_handler_only_during_the_run_and_never_replaces_another(sqlite_uri: str) -> None:
+    from mlflow.tracking import MlflowClient
+
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    with pytest.raises(tracking.Terminated), mlflow_run("train", {}) as run:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises in this thread long before
+    assert MlflowClient(tracking_uri=sqlite_uri).get_run(run.run_id).info.status == "KILLED"
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+    def own(signum: int, frame: object) -> None:
+        raise KeyError("own handler")
+
+    previous = signal.signal(signal.SIGTERM, own)
+    try:
+        with mlflow_run("train", {}):
+            assert signal.getsignal(signal.SIGTERM) is own
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 # -- 3. an unreachable server ----------------------------------------------------------------------
 
 

@@ -12,12 +12,14 @@
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from scipy.spatial.distance import pdist
+from scipy.special import logsumexp
 from sklearn.preprocessing import normalize
 
 from sentemb.encoder import Encoder, masked_mean
@@ -31,9 +33,12 @@ class AnalysisConfig:
     uniformity_t: float = 2.0
 
     def validate(self) -> list[str]:
-        return (
-            [] if self.uniformity_t > 0 else [f"uniformity_t: must be > 0, got {self.uniformity_t}"]
-        )
+        problems = []
+        if not math.isfinite(self.positive_threshold):
+            problems.append(f"positive_threshold: must be a number, got {self.positive_threshold}")
+        if not (math.isfinite(self.uniformity_t) and self.uniformity_t > 0):
+            problems.append(f"uniformity_t: must be > 0 and finite, got {self.uniformity_t}")
+        return problems
 
 
 def alignment(first: np.ndarray, second: np.ndarray) -> float:
@@ -42,9 +47,10 @@ def alignment(first: np.ndarray, second: np.ndarray) -> float:
 
 
 def uniformity(vectors: np.ndarray, t: float = 2.0) -> float:
-    """``log mean exp(-t |x - y|^2)`` over the distinct pairs of normalised rows."""
+    """``log mean exp(-t |x - y|^2)`` over the distinct pairs of normalised rows, computed as a
+    log-sum-exp so that a large `t` gives a large negative number, not log(0)."""
     squared = pdist(normalize(vectors), "sqeuclidean")
-    return float(np.log(np.mean(np.exp(-t * squared))))
+    return float(logsumexp(-t * squared) - np.log(len(squared)))
 
 
 def token_similarity(tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -9,6 +9,8 @@
   suite average is the mean of the tasks' differences within a replicate. Where the interval
   covers 0 there is no significant difference at that confidence.
 - A paired t-test over seeds (seed i of one method against seed i of the other).
+- A difference of less than `compare.noise` score points is noise whatever the tests say: the
+  same run on another CPU, bf16 kernel or GPU moves scores by up to about that much (README).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import numpy as np
 from scipy.stats import rankdata, ttest_rel
 
 NO_DIFFERENCE = "no significant difference"
+NOISE = "noise"
 CHUNK = 100  # bootstrap replicates scored at once (bounds memory on the 20k-pair sets)
 
 
@@ -33,9 +36,12 @@ class CompareConfig:
     confidence: float = 0.95
     seed: int = 0
     bins: list[float] = field(default_factory=lambda: [0.0, 1.0, 2.0, 3.0, 4.0, 5.0])
+    noise: float = 0.02  # score points; README: which results are bit-identical
 
     def validate(self) -> list[str]:
         problems = []
+        if not 0 <= self.noise < float("inf"):
+            problems.append(f"noise: must be a finite number >= 0 (score points), got {self.noise}")
         if self.resamples < 1:
             problems.append(f"resamples: must be >= 1, got {self.resamples}")
         if not 0 < self.confidence < 1:
@@ -156,19 +162,23 @@ def paired_comparison(
     method: str,
     baseline: str,
     confidence: float,
+    noise: float,
 ) -> dict[str, dict[str, float | bool | None]]:
     """Per task and `avg` of `bootstrap_scores`: the difference of the seed means (from the
     per-seed scores `per_seed[m][task]`), the bootstrap interval of the difference, whether it
-    excludes 0, and the paired t-test over seeds."""
+    excludes 0, whether the difference is below `noise` (score points), and the paired t-test
+    over seeds."""
     result: dict[str, dict[str, float | bool | None]] = {}
     for task, values in replicates[method].items():
         low, high = interval(values - replicates[baseline][task], confidence)
         scores, reference = per_seed[method][task], per_seed[baseline][task]
+        difference = float(np.mean(scores) - np.mean(reference))
         result[task] = {
-            "difference": float(np.mean(scores) - np.mean(reference)),
+            "difference": difference,
             "low": low,
             "high": high,
             "significant": bool(low > 0 or high < 0),
+            "below_noise": abs(difference) < noise,
             "p_seeds": seed_test(scores, reference),
         }
     return result

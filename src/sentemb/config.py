@@ -1,12 +1,14 @@
 """Strict loading of `params.yaml` sections into dataclasses.
 
 An unknown key, a wrong type or an out-of-range value is one `ConfigError` that names the
-param by its dotted path (``eval.transfer.kfold``), so a typo is never silently ignored.
+param by its dotted path (``eval.transfer.kfold``), so a typo is never silently ignored; an
+unknown section (``simsce:``, ``eval.stss:``) is one too.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import types
 import typing
 from pathlib import Path
@@ -15,6 +17,28 @@ from typing import Any, TypeVar
 import yaml
 
 T = TypeVar("T")
+
+# The top-level keys of params.yaml: the run plan, one section per concern, and one section per
+# training method, named as the method registry names it (tests/test_config.py checks both).
+SECTIONS = (
+    "methods",
+    "seeds",
+    "data",
+    "model",
+    "train",
+    "phrases",
+    "simcse",
+    "sscl",
+    "iscse",
+    "dclr",
+    "paser",
+    "refine",
+    "tfidf",
+    "eval",
+    "analysis",
+    "compare",
+)
+EVAL_SUITES = ("sts", "transfer", "chinese", "retrieval")  # the sections under `eval`
 
 
 class UserError(Exception):
@@ -36,7 +60,28 @@ def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
         raise ConfigError(f"{path}: not valid YAML: {err}") from err
     if not isinstance(params, dict):
         raise ConfigError(f"{path}: expected a mapping of sections at the top level")
+    check_keys(params, SECTIONS, f"{path}: unknown top-level key(s)")
+    if isinstance(params.get("eval"), dict):
+        check_keys(params["eval"], EVAL_SUITES, "eval: unknown key(s)")
     return params
+
+
+def check_keys(values: dict, known: tuple[str, ...], unknown_keys: str) -> None:
+    """A `ConfigError` '<unknown_keys> [...] (did you mean ...?); known keys are [...]' for
+    the keys of `values` not in `known`."""
+    unknown = sorted(str(key) for key in values if key not in known)
+    if not unknown:
+        return
+    hints = [
+        f"{match[0]!r}" + (f" for {key!r}" if len(unknown) > 1 else "")
+        for key in unknown
+        if (match := difflib.get_close_matches(key, known, n=1))
+    ]
+    raise ConfigError(
+        f"{unknown_keys} {unknown}"
+        + (f" (did you mean {', '.join(hints)}?)" if hints else "")
+        + f"; known keys are {list(known)}"
+    )
 
 
 def _coerce(value: Any, annotation: Any, where: str) -> Any:

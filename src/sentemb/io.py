@@ -1,5 +1,10 @@
 """Writing outputs so that a reader never sees a half-written file: temp file, then rename;
-and the errors of our own files that cannot be written or read back."""
+and the errors of our own files that cannot be written or read back.
+
+An output replaces only what the pipeline wrote: a file output never replaces a folder, and a
+folder output replaces an existing folder only when it is empty or holds nothing but the files
+listed in its `.sentemb-output` (the list `atomic_path` writes into every folder output).
+"""
 
 from __future__ import annotations
 
@@ -21,11 +26,14 @@ class CheckpointError(UserError, ValueError):
 
 
 class OutputError(OSError):
-    """An output could not be written (disk full, read-only folder); nothing was left behind."""
+    """An output could not be written (disk full, read-only folder, or it would replace something
+    the pipeline did not write); nothing was left behind."""
 
 
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 PARTIAL = ".partial-"
+MARKER = ".sentemb-output"
+MARKER_HEADER = "# written by sentemb; a later run may replace this folder while it holds only:"
 
 
 def _disk_full(folder: Path) -> bool:
@@ -36,15 +44,74 @@ def _kept(path: Path) -> str:
     return "; the earlier one is untouched" if path.exists() else ""
 
 
+def _raise(err: OSError) -> None:
+    raise err
+
+
+def _contents(folder: Path) -> set[str]:
+    """Every file and link under `folder` (links to folders not followed), as relative paths;
+    a folder that cannot be listed raises `OSError`."""
+    found = set()
+    for root, dirs, files in os.walk(folder, onerror=_raise):
+        links = [d for d in dirs if os.path.islink(os.path.join(root, d))]
+        found.update(Path(root, name).relative_to(folder).as_posix() for name in files + links)
+    return found
+
+
+def check_output(path: str | Path, *, folder: bool = False) -> None:
+    """Raise `OutputError` naming `path` when writing it would remove something the pipeline
+    did not write: a folder where a file goes, a file or link where a folder goes, or a folder
+    holding files its `.sentemb-output` does not list."""
+    path = Path(path)
+    refused = f"{path}: not written: it would replace "
+    advice = "; it is untouched: move it away or choose another output path"
+    if not folder:
+        if path.is_dir():
+            raise OutputError(f"{refused}a folder, and this output is a file{advice}")
+        return
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        raise OutputError(f"{refused}a file or link, and this output is a folder{advice}")
+    try:
+        present = _contents(path) if path.is_dir() else set()
+    except OSError as err:
+        raise OutputError(f"{refused}a folder that cannot be listed ({err}){advice}") from err
+    if not present:
+        return
+    marker = path / MARKER
+    if not marker.is_file():
+        if os.environ.get("DVC_STAGE"):
+            return  # a persisted output of the stage DVC runs: DVC's cache holds the earlier one
+        raise OutputError(f"{refused}a folder the pipeline did not write (no {MARKER}){advice}")
+    extra = sorted(present - {MARKER} - set(marker.read_text(encoding="utf-8").splitlines()))
+    if extra:
+        more = f" and {len(extra) - 3} more" if len(extra) > 3 else ""
+        files = ", ".join(extra[:3]) + more
+        raise OutputError(f"{refused}files the pipeline did not write ({files}){advice}")
+
+
+def _seal(tmp: Path, folder: bool) -> None:
+    """A folder output gets its `.sentemb-output` list; a file output must be a file."""
+    if not folder:
+        if tmp.is_dir():
+            raise TypeError("atomic_path: a folder was written; pass folder=True")
+        return
+    tmp.mkdir(exist_ok=True)
+    listed = sorted(_contents(tmp) - {MARKER})
+    (tmp / MARKER).write_text("\n".join([MARKER_HEADER, *listed]) + "\n", encoding="utf-8")
+
+
 @contextlib.contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
+def atomic_path(path: str | Path, *, folder: bool = False) -> Iterator[Path]:
     """Yield a temporary path beside `path`; on success it replaces `path` in one rename.
 
-    Works for a file or a folder. On error the temporary path is removed and `path` is untouched;
-    a full disk or a folder that cannot be written is one `OutputError` naming `path`. A
-    temporary left by a killed writer (`.partial-<name>.*`) is removed by the next write.
+    `folder=True` for a folder output (the body creates it or fills it; `.sentemb-output` is added),
+    otherwise the body writes one file. What `check_output` refuses is refused before the body
+    runs and again before the rename. On error the temporary path is removed and `path` is
+    untouched; a full disk or a folder that cannot be written is one `OutputError` naming `path`.
+    A temporary left by a killed writer (`.partial-<name>.*`) is removed by the next write.
     """
     path = Path(path)
+    check_output(path, folder=folder)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         for stale in path.parent.glob(f"{PARTIAL}{path.name}.*"):
@@ -53,23 +120,25 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     except OSError as err:
         raise OutputError(f"{path}: not written: {err}{_kept(path)}") from err
     try:
-        yield tmp
-        if path.is_dir() and not path.is_symlink():
-            old = tmp.parent / "old"
-            path.rename(old)
-            tmp.rename(path)
-        else:
-            os.replace(tmp, path)
-    except Exception as err:
-        disk_full = getattr(err, "errno", None) in DISK_FULL or _disk_full(path.parent)
-        if not disk_full:
-            raise
-        raise OutputError(f"{path}: not written, the disk is full ({err}){_kept(path)}") from err
+        try:
+            yield tmp
+            _seal(tmp, folder)
+        except Exception as err:
+            disk_full = getattr(err, "errno", None) in DISK_FULL or _disk_full(path.parent)
+            if not disk_full:
+                raise
+            raise OutputError(
+                f"{path}: not written, the disk is full ({err}){_kept(path)}"
+            ) from err
+        check_output(path, folder=folder)
+        if path.is_dir():
+            path.rename(tmp.parent / "old")
+        os.replace(tmp, path)
     finally:
         shutil.rmtree(tmp.parent, ignore_errors=True)
 
 
 def write_json(path: str | Path, data: Any) -> None:
-    """Write `data` as indented JSON, atomically."""
+    """Write `data` as indented JSON, atomically (a file output)."""
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")

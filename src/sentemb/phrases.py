@@ -251,12 +251,13 @@ def extract(
                 df.update(counts)
                 bar.update(size)
             bar.close()
-            idf = {w: math.log((1 + total) / (1 + n)) + 1 for w, n in df.items()}
+            # to 1e-10: libm's log may differ in the last bit between CPUs (FMA or not)
+            idf = {w: round(math.log((1 + total) / (1 + n)) + 1, 10) for w, n in df.items()}
             del df
     stats = {"sentences": 0, "with_phrases": 0, "phrases": 0}
     with (
         ProcessPoolExecutor(workers, initializer=_start_worker, initargs=(config, idf)) as pool,
-        atomic_path(out) as tmp,
+        atomic_path(out, folder=True) as tmp,
     ):
         tmp.mkdir()
         if idf is not None:

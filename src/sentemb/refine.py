@@ -20,11 +20,15 @@ retrieval", eq. 5-8): x̃ = (x - μ) W with W = U Λ^(-1/2) from the SVD of the 
 Every refined encoder has the evaluators' `encode(sentences, batch_size)`; where a statistic is
 "fitted on the evaluation sentences" (`refine.fit_on: eval`) it is fitted on the sentences of each
 `encode` call.
+
+A saved refinement records the model it was fitted on (`ModelIdentity`: name, sha256 of the
+weights, pooler, width) and is refused, naming both, around any other model.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -32,10 +36,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import torch
 
-from sentemb.config import ConfigError, from_dict
+from sentemb.config import ConfigError, UserError, from_dict
 from sentemb.data.readers import PairSet
-from sentemb.evaluation.base import SentenceEncoder, rowwise_cosine, spearman
+from sentemb.encoder import Encoder
+from sentemb.evaluation.base import SentenceEncoder, check_vectors, rowwise_cosine, spearman
 from sentemb.evaluation.sts import cosine_scores
 from sentemb.io import atomic_path
 from sentemb.phrases import IDF_FILE, KeywordScorer, nltk_stopwords, read_idf, write_idf
@@ -51,8 +57,45 @@ LAMBDA2_GRID = [round(0.1 * i, 1) for i in range(31)]  # 0, 0.1, ..., 3
 RANK_TOLERANCE = 1e-10  # whitening: variances below this share of the largest count as zero
 STATE_FILE = "refinement.json"
 TENSOR_FILE = "refinement.safetensors"
-ENGLISH_SCOPE = "english"
-CHINESE_SCOPE = "chinese/"
+ENGLISH, CHINESE = "english", "chinese"  # the encoders a refinement is fitted around
+ENGLISH_SCOPE = ENGLISH
+CHINESE_SCOPE = f"{CHINESE}/"  # + the set's name: Chinese fits are per set
+
+
+class RefinementMismatch(UserError, ValueError):
+    """A saved refinement does not belong to the model (or the sets) it is applied to."""
+
+
+@dataclass(frozen=True)
+class ModelIdentity:
+    """The encoder a refinement is fitted on: the model as named, a sha256 of its weights, its
+    pooler and the width of its vectors. Two encoders are the same when all but the name agree."""
+
+    model: str
+    sha256: str
+    pooler: str
+    dim: int
+
+    def same_vectors(self, other: ModelIdentity) -> bool:
+        return (self.sha256, self.pooler, self.dim) == (other.sha256, other.pooler, other.dim)
+
+    def __str__(self) -> str:
+        return (
+            f"{self.model} (weights sha256 {self.sha256[:12]}, pooler {self.pooler}, "
+            f"{self.dim}-dim vectors)"
+        )
+
+
+def model_identity(name: str, encoder: Encoder) -> ModelIdentity:
+    """`encoder`'s identity: the sha256 runs over every tensor of the backbone's state dict, by
+    name, shape, dtype and bytes, so it holds whatever file format or folder the weights came
+    from."""
+    digest = hashlib.sha256()
+    for key, tensor in sorted(encoder.backbone.state_dict().items()):
+        digest.update(f"{key}:{tuple(tensor.shape)}:{tensor.dtype}".encode())
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
+    width = encoder.backbone.config.hidden_size
+    return ModelIdentity(name, digest.hexdigest(), encoder.pooler, width)
 
 
 @dataclass
@@ -334,7 +377,11 @@ class PerSetEncoder:
 
     def for_set(self, name: str) -> SentenceEncoder:
         if name not in self.encoders:
-            raise KeyError(f"no refinement was fitted for {name}; re-run the refine stage")
+            raise RefinementMismatch(
+                f"no refinement was fitted for the Chinese set {name} (fitted: "
+                f"{sorted(self.encoders)}); re-run the refine stage with the same "
+                "eval.chinese.tasks and eval.retrieval.offline_sets"
+            )
         return self.encoders[name]
 
     def encode(self, sentences: Sequence[str], batch_size: int = 128) -> np.ndarray:
@@ -387,6 +434,7 @@ def fit_scope(
     fitted = Fitted()
     if fit_sentences is not None:
         fit_vectors = encoder.encode(unique(fit_sentences), batch_size)
+        check_vectors(fit_vectors)
         fitted.mean = fit_vectors.mean(axis=0)
         if "whitening" in config.methods:
             fitted.whitening = Whitening.fit(fit_vectors, config.whitening.dim)
@@ -424,9 +472,15 @@ def fit_scope(
 
 
 def save_refinement(
-    folder: Path, config: RefineConfig, fitted: Mapping[str, Fitted], idf: dict[str, float] | None
+    folder: Path,
+    config: RefineConfig,
+    fitted: Mapping[str, Fitted],
+    idf: dict[str, float] | None,
+    models: Mapping[str, ModelIdentity],
 ) -> None:
-    """Write the fitted refinements (JSON + safetensors, no pickle) in one atomic rename."""
+    """Write the fitted refinements (JSON + safetensors, no pickle) in one atomic rename, with
+    the identity of the encoder each language's fits were made on (`models`: english, chinese).
+    """
     from safetensors.numpy import save_file
 
     scopes, tensors = {}, {}
@@ -437,9 +491,13 @@ def save_refinement(
         if fit.whitening is not None:
             tensors[f"{scope}/kernel"] = fit.whitening.kernel
             tensors[f"{scope}/bias"] = fit.whitening.bias
-    with atomic_path(folder) as tmp:
+    with atomic_path(folder, folder=True) as tmp:
         tmp.mkdir()
-        state = {"config": dataclasses.asdict(config), "scopes": scopes}
+        state = {
+            "config": dataclasses.asdict(config),
+            "models": {language: dataclasses.asdict(m) for language, m in models.items()},
+            "scopes": scopes,
+        }
         (tmp / STATE_FILE).write_text(json.dumps(state, indent=1) + "\n", encoding="utf-8")
         save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, tmp / TENSOR_FILE)
         if idf is not None:
@@ -447,35 +505,52 @@ def save_refinement(
 
 
 def load_refinement(
-    folder: Path,
+    folder: Path, models: Mapping[str, ModelIdentity]
 ) -> tuple[RefineConfig, dict[str, Fitted], dict[str, float] | None]:
-    """Read what `save_refinement` wrote; the config is checked like a params section."""
+    """Read what `save_refinement` wrote, for the encoders `models` (by language) it will refine.
+
+    The config is checked like a params section. A refinement fitted on another model (other
+    weights, pooler or width) than one of `models`, or recording none, is `RefinementMismatch`;
+    tensors whose width is not the recorded model's are refused as damaged.
+    """
     from safetensors.numpy import load_file
 
+    damaged = f"{folder}: not a refinement written by the refine stage"
     try:
         state = json.loads((folder / STATE_FILE).read_text(encoding="utf-8"))
         tensors = load_file(folder / TENSOR_FILE)
-    except (OSError, ValueError) as err:
-        raise ConfigError(f"{folder}: not a refinement written by the refine stage: {err}") from err
-    config = from_dict(RefineConfig, state["config"], f"{folder / STATE_FILE}: config")
+        recorded = {k: ModelIdentity(**v) for k, v in state.get("models", {}).items()}
+        scopes = {scope: (v["lambda1"], v["lambda2"]) for scope, v in state["scopes"].items()}
+        config_values = state["config"]
+    except (OSError, ValueError, TypeError, KeyError) as err:
+        raise ConfigError(f"{damaged}: {type(err).__name__}: {err}") from err
+    config = from_dict(RefineConfig, config_values, f"{folder / STATE_FILE}: config")
+    for language, given in models.items():
+        if language not in recorded:
+            raise RefinementMismatch(
+                f"{folder}: records no model its {language} fits were made on (written before "
+                "refinements recorded one); re-run the refine stage"
+            )
+        if not recorded[language].same_vectors(given):
+            raise RefinementMismatch(
+                f"{folder}: its {language} refinement was fitted on {recorded[language]}, not "
+                f"on {given}; re-run the refine stage with --model {given.model}"
+            )
+    for key, tensor in tensors.items():
+        model = recorded.get(key.split("/")[0])
+        if model is not None and tensor.shape[:1] != (model.dim,):
+            raise ConfigError(
+                f"{damaged}: {key} has shape {tensor.shape}, but the model it records gives "
+                f"{model.dim}-dim vectors; re-run the refine stage"
+            )
     fitted = {}
-    for scope, lambdas in state["scopes"].items():
+    for scope, (lambda1, lambda2) in scopes.items():
         whitening = None
         if f"{scope}/kernel" in tensors:
             whitening = Whitening(tensors[f"{scope}/kernel"], tensors[f"{scope}/bias"])
-        fitted[scope] = Fitted(
-            lambdas["lambda1"], lambdas["lambda2"], tensors.get(f"{scope}/mean"), whitening
-        )
+        fitted[scope] = Fitted(lambda1, lambda2, tensors.get(f"{scope}/mean"), whitening)
     idf = read_idf(folder) if (folder / IDF_FILE).is_file() else None
     return config, fitted, idf
-
-
-def refined_encoders(
-    folder: Path, encoder: SentenceEncoder, mask_token: str | None, chinese: bool
-) -> dict[str, SentenceEncoder]:
-    """Each refinement fitted in `folder`, around `encoder`, for English or the Chinese sets."""
-    config, fitted, idf = load_refinement(folder)
-    return refinements(config, fitted, idf, encoder, mask_token, chinese)
 
 
 def refinements(

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sentemb.compare import NO_DIFFERENCE
+from sentemb.compare import NO_DIFFERENCE, NOISE
 from sentemb.config import section
 from sentemb.encoder import ModelConfig
 from sentemb.evaluation.chinese import ChineseConfig
@@ -127,6 +127,13 @@ def suite_table(
     return markdown(["model", *keys], rows)
 
 
+def verdict(result: Mapping[str, Any]) -> str:
+    """`noise` below the noise level, else whether the bootstrap interval excludes 0."""
+    if result["below_noise"]:
+        return NOISE
+    return "significant" if result["significant"] else NO_DIFFERENCE
+
+
 def paired_table(
     paired: Mapping[str, Mapping[str, Mapping]], baseline: str, confidence: float
 ) -> str:
@@ -137,7 +144,6 @@ def paired_table(
         for suite, tasks in suites.items():
             for task in sorted(tasks, key=lambda k: COLUMNS[suite].index(k)):
                 r = tasks[task]
-                verdict = "significant" if r["significant"] else NO_DIFFERENCE
                 p = "-" if r["p_seeds"] is None else f"{r['p_seeds']:.3f}"
                 rows.append(
                     [
@@ -146,7 +152,7 @@ def paired_table(
                         f"{r['difference']:+.2f}",
                         f"[{r['low']:+.2f}, {r['high']:+.2f}]",
                         p,
-                        verdict,
+                        verdict(r),
                     ]
                 )
     header = [
@@ -170,6 +176,7 @@ def summary(
     seeds: list[int],
     resamples: int,
     confidence: float,
+    noise: float,
 ) -> str:
     """The whole report."""
     baseline = next(iter(methods))
@@ -187,7 +194,8 @@ def summary(
             f"Paired bootstrap over the test pairs ({resamples} resamples, percentile interval of"
             " the difference in mean-over-seeds Spearman; pooled STS years resampled within"
             " each subset) and a paired t-test over seeds. Where the interval covers 0:"
-            f" {NO_DIFFERENCE}.",
+            f" {NO_DIFFERENCE}; where |Δ mean| < {noise:g} points (`compare.noise`, what the"
+            f" same run moves by on another CPU, bf16 kernel or GPU): {NOISE}.",
             paired_table(paired, baseline, confidence),
         ]
     rows = [

@@ -19,7 +19,9 @@ Where the runs go:
 If MLflow cannot be reached (server down, bad URI, database locked, ...), one warning says why,
 the stage goes on, and everything afterwards is recorded in :attr:`RunLogger.unlogged` and
 listed in one log warning when the run ends. Errors raised by the stage itself propagate (and
-the MLflow run, if there is one, ends as ``FAILED``).
+the MLflow run, if there is one, ends as ``FAILED``). Ctrl-C (SIGINT) and SIGTERM (``kill``, a
+job scheduler, torchrun stopping its workers) end the run as ``KILLED``: during the run SIGTERM
+raises :class:`Terminated`, so cleanups run and the process exits with status 143 (128 + 15).
 
 ``mlflow`` is imported lazily, so importing this module is cheap.
 """
@@ -33,7 +35,9 @@ import logging
 import os
 import posixpath
 import re
+import signal
 import subprocess
+import threading
 import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -74,6 +78,34 @@ _BAD_KEY_CHARS = re.compile(r"[^A-Za-z0-9_\-. /]")
 
 class TrackingWarning(UserWarning):
     """MLflow could not be used; the stage carries on without (some) tracking."""
+
+
+class Terminated(SystemExit):
+    """SIGTERM arrived: unwinds the stage like Ctrl-C, then exits with status 128 + 15, quietly."""
+
+    def __init__(self) -> None:
+        super().__init__(128 + signal.SIGTERM)
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated
+
+
+@contextlib.contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """While inside, SIGTERM raises `Terminated` (in the main thread, where Python runs signal
+    handlers) unless someone else already handles it; the earlier handler is restored after."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
+        yield
+        return
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -348,7 +380,8 @@ def mlflow_run(
 
     Params are flattened (``eval.transfer.kfold``); tags: ``git.commit``, ``git.dirty``,
     ``dvc.stage``, ``dvc.experiment`` (from ``$DVC_EXP_NAME``), ``mlflow.runName``. The body
-    always runs, whether MLflow works or not.
+    always runs, whether MLflow works or not. The run ends ``FINISHED``, ``FAILED`` (an error) or
+    ``KILLED`` (Ctrl-C, SIGTERM).
     """
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun only rank 0 logs
         yield RunLogger(stage)
@@ -360,21 +393,22 @@ def mlflow_run(
         if os.environ.get(env_name):
             tags[tag] = os.environ[env_name]
     run = RunLogger(stage)
-    run._start(params, tags, run_name)
     status = "FAILED"
-    try:
-        yield run
-        status = "FINISHED"
-    except KeyboardInterrupt:
-        status = "KILLED"
-        raise
-    finally:
-        run._end(status)
-        if run.unlogged:
-            log.warning(
-                "MLflow: %d item(s) of stage %r were not logged%s: %s",
-                len(run.unlogged),
-                stage,
-                f" ({run.error})" if run.error else "",
-                "; ".join(run.unlogged),
-            )
+    with sigterm_raises():
+        try:
+            run._start(params, tags, run_name)
+            yield run
+            status = "FINISHED"
+        except (KeyboardInterrupt, Terminated):
+            status = "KILLED"
+            raise
+        finally:
+            run._end(status)
+            if run.unlogged:
+                log.warning(
+                    "MLflow: %d item(s) of stage %r were not logged%s: %s",
+                    len(run.unlogged),
+                    stage,
+                    f" ({run.error})" if run.error else "",
+                    "; ".join(run.unlogged),
+                )

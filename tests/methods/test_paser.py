@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pytest
 import torch
 from helpers import SENTENCES, make_trainer, paser_params
 
+from sentemb.config import ConfigError
 from sentemb.encoder import Encoder
 from sentemb.methods import CombinedMethod
-from sentemb.methods.base import TrainState, Views
+from sentemb.methods.base import MethodOutput, TrainState, Views
 from sentemb.methods.paser import (
     MaskedCopy,
     decoder_targets,
@@ -19,7 +21,7 @@ from sentemb.methods.paser import (
     generative_loss,
     mask_phrases,
 )
-from sentemb.phrases import phrase_span
+from sentemb.phrases import PhrasesConfig, extract, phrase_span
 from sentemb.reconstruct import reconstruct
 
 SENTENCE = "Do I need a transit visa for a stop in London?"
@@ -125,3 +127,88 @@ def test_saved_decoder_reconstructs_masked_phrases(tiny_model_dir: Path, tmp_pat
     assert rows[0]["original"] == SENTENCE
     assert rows[0]["masked"].count("[MASK]") == 4  # transit visa (2), need, stop: ties by position
     assert rows[0]["generated"].count("[SEP]") <= 3  # one end-of-phrase token per phrase
+
+
+SHORT = ["Thanks!", "Good idea."]
+
+
+def short_paser(folder: Path, **config: object) -> dict:
+    """PaSeR params over the RAKE phrases of the two SHORT sentences (5 maskable tokens)."""
+    if not (folder / "rake.jsonl").is_file():
+        extract(lambda: iter(SHORT), len(SHORT), PhrasesConfig(workers=1), folder)
+    return {"phrases": str(folder / "rake.jsonl"), "decoder_layers": 1, **config}
+
+
+def paser_output(encoder: Encoder, paser: dict, sentences: list[str]) -> MethodOutput:
+    """One evaluation-mode objective (no dropout) with the EDA stream of seed 0."""
+    method = CombinedMethod("paser", {"paser": paser}, encoder).eval()
+    return method(
+        batch_views(encoder, sentences), TrainState(0, 10, torch.Generator().manual_seed(0))
+    )
+
+
+def test_mlm_term_is_zero_when_masking_selects_no_token(
+    tiny_encoder: Encoder, tmp_path: Path
+) -> None:
+    """Hand-built: a masking probability of 1e-9 selects none of the 5 tokens; the MLM term is 0
+    (cross-entropy over no token is NaN) and the loss is the loss without MLM."""
+    none_masked = paser_output(
+        tiny_encoder, short_paser(tmp_path / "short", mlm_probability=1e-9), SHORT
+    )
+    without_mlm = paser_output(tiny_encoder, short_paser(tmp_path / "short", mlm_weight=0.0), SHORT)
+    assert none_masked.logs["paser/mlm"] == 0.0
+    assert "paser/mlm" not in without_mlm.logs
+    assert none_masked.loss.item() == pytest.approx(without_mlm.loss.item(), rel=1e-5)
+    assert none_masked.logs["paser/generative"] > 0
+    none_masked.loss.backward()
+    assert torch.isfinite(tiny_encoder.backbone.get_input_embeddings().weight.grad).all()
+
+
+def test_mlm_of_one_or_two_short_sentences_is_always_finite(
+    tiny_encoder: Encoder, tmp_path: Path
+) -> None:
+    """The default 15% masking of batches of 1-2 short sentences: often no token is picked
+    (0.85^5 = 44% for both), and every loss is finite whether or not one is."""
+    paser = short_paser(tmp_path / "short")
+    skipped = scored = 0
+    for seed in range(30):
+        torch.manual_seed(seed)  # the MLM masking draws from the global generator
+        output = paser_output(tiny_encoder, paser, SHORT[: 1 + seed % 2])
+        assert math.isfinite(output.loss.item()), seed
+        skipped += output.logs["paser/mlm"] == 0.0
+        scored += output.logs["paser/mlm"] > 0
+    assert skipped and scored
+
+
+def test_phrases_of_another_corpus_are_refused(tiny_encoder: Encoder, tmp_path: Path) -> None:
+    """The phrases file must hold exactly the training corpus's distinct sentences."""
+    params = {"paser": paser_params(tmp_path / "phrases")}
+    path = re.escape(params["paser"]["phrases"])
+    method = CombinedMethod("simcse+paser", params, tiny_encoder)
+    method.check_corpus([*reversed(SENTENCES), *SENTENCES[:3]])  # order and repeats: the same
+    with pytest.raises(
+        ConfigError,
+        match=rf"^paser\.phrases: {path} was made from another corpus \(64 distinct sentences; "
+        r"the training corpus has 2, and it has no row for the training sentence 'Thanks!'\)",
+    ):
+        method.check_corpus(SHORT)
+    with pytest.raises(ConfigError, match=r"the training corpus has 10, and it has rows for sen"):
+        method.check_corpus(SENTENCES[:10])
+    with pytest.raises(ConfigError, match=r"the training corpus has 65, and it has no row for"):
+        method.check_corpus([*SENTENCES, "one more sentence"])
+    with pytest.raises(ConfigError, match=rf"^paser\.phrases: {path} has no row for the train"):
+        method.parts["paser"].masked_copy("Thanks!", 30)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [(None, r"nope\.jsonl: not found"), ("not json\n", r"nope\.jsonl:1: not a RAKE record")],
+)
+def test_missing_or_malformed_phrases_file_names_the_param(
+    tiny_encoder: Encoder, tmp_path: Path, content: str | None, message: str
+) -> None:
+    path = tmp_path / "nope.jsonl"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ConfigError, match=rf"^paser\.phrases: .*{message}"):
+        CombinedMethod("paser", {"paser": {"phrases": str(path)}}, tiny_encoder)

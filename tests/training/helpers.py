@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -36,20 +37,23 @@ def make_trainer(
     checkpoints: Path,
     seed: int = 0,
     dropout_free: bool = False,
+    evaluate: Callable[[Encoder], float] = probe,
+    method_params: dict | None = None,
     **config: object,
 ) -> Trainer:
-    """A tiny-BERT trainer: batch 8, 6 steps, dev probe every 3, checkpoint every 2."""
+    """A tiny-BERT trainer: batch 8, 6 steps, dev probe every 3, checkpoint every 2.
+
+    `method_params` updates the params sections of the methods (e.g. `simcse.temperature`)."""
     encoder = Encoder.from_pretrained(str(model_dir), "cls_before_pooler")
     if dropout_free:
         for module in encoder.modules():
             if isinstance(module, torch.nn.Dropout):
                 module.p = 0.0
-    params = dict(PARAMS)
+    params = {**PARAMS, **(method_params or {})}
     if "paser" in spec:
         params["paser"] = paser_params(checkpoints.parent / "phrases")
     method = CombinedMethod(spec, params, encoder, seed)
     defaults = {"batch_size": 8, "max_steps": 6, "eval_steps": 3, "checkpoint_steps": 2}
     train_config = TrainConfig(**{**defaults, "log_steps": 1, **config})
-    return Trainer(
-        encoder, method, train_config, SENTENCES, probe, seed, checkpoints, {"spec": spec, **config}
-    )
+    run_key = {"spec": spec, "params": params, **config}
+    return Trainer(encoder, method, train_config, SENTENCES, evaluate, seed, checkpoints, run_key)

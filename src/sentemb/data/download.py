@@ -3,8 +3,8 @@
 A file is taken from the mirror when it exists there under the archive's layout, otherwise
 downloaded. Each file is checked against its known sha256 (the mirror's `SHA256SUMS`, shipped as
 `checksums.json`) where the content is known, otherwise against the sha256 recorded the first
-time it was downloaded. A dataset found in neither place is reported, not fatal: evaluation
-skips it with the recorded reason.
+time it was downloaded. What is recorded about a file is its sha256 only, never where it came
+from, so `data/raw` is the same bytes wherever the mirror lives.
 """
 
 from __future__ import annotations
@@ -46,7 +46,12 @@ class DataConfig:
 
 
 class DataUnavailable(UserError, RuntimeError):
-    """A dataset is neither in the mirror nor downloadable."""
+    """A dataset is neither in the mirror nor downloadable. The message names this machine's
+    mirror and network error; `reason` says the same without them (it goes into MANIFEST.json)."""
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = message if reason is None else reason
 
 
 class ChecksumMismatch(UserError, RuntimeError):
@@ -84,11 +89,19 @@ class Fetcher:
         self.cache, self.timeout = cache, timeout
         self.known = known_checksums()
 
-    def fetch(self, dataset: Dataset) -> dict[str, dict[str, str]]:
-        """Fetch all files of `dataset`; returns per file its source and sha256."""
+    def fetch(self, dataset: Dataset) -> dict[str, str]:
+        """Fetch all files of `dataset`; returns the sha256 of each, by path."""
         return {f.path: self._fetch_file(dataset.name, f) for f in dataset.files}
 
-    def _fetch_file(self, name: str, remote: RemoteFile) -> dict[str, str]:
+    def exists(self, dataset: Dataset) -> bool:
+        """Whether every file of `dataset` is known to exist: the mirror holds it (a known
+        sha256) or an earlier download fetched it (a recorded sha256)."""
+        return all(
+            any(p in self.known or p in self.recorded for p in (f.path, *f.mirror_alternatives))
+            for f in dataset.files
+        )
+
+    def _fetch_file(self, name: str, remote: RemoteFile) -> str:
         target = self.root / remote.path
         for rel in (remote.path, *remote.mirror_alternatives):
             candidate = self.mirror / rel
@@ -99,13 +112,15 @@ class Fetcher:
                 verify(candidate, expected, str(candidate))
                 with atomic_path(target) as tmp:
                     shutil.copyfile(candidate, tmp)
-                return {"source": str(candidate), "sha256": expected}
+                log.info("%s: from %s", remote.path, candidate)
+                return expected
         try:
             self._download(remote, target)
         except OSError as err:
             raise DataUnavailable(
                 f"{name}: {remote.path} is not in the mirror ({self.mirror / remote.path}) "
-                f"and could not be downloaded from {remote.url}: {err}"
+                f"and could not be downloaded from {remote.url}: {err}",
+                reason=f"{name}: {remote.path} is in neither the mirror nor at {remote.url}",
             ) from err
         expected = self.known.get(remote.path) if remote.public_matches_mirror else None
         expected = expected or self.recorded.get(remote.path)
@@ -114,7 +129,7 @@ class Fetcher:
             log.info("recorded sha256 of %s on first download: %s", remote.path, expected)
         else:
             verify(target, expected, f"{target} (from {remote.url})")
-        return {"source": remote.url, "sha256": expected}
+        return expected
 
     def _download(self, remote: RemoteFile, target: Path) -> None:
         if remote.member is None:

@@ -258,16 +258,9 @@ def askubuntu_task(data: RerankingSet) -> RerankingTask:
 def _encode(
     encoder: SentenceEncoder, texts: Sequence[str], batch_size: int
 ) -> tuple[Embeddings, dict[str, int]]:
+    """`embed` (which refuses non-finite vectors), as CSR or a dense array for row indexing."""
     vectors, index = embed(encoder, texts, batch_size)
-    if sp.issparse(vectors):
-        vectors = vectors.tocsr()
-        finite = np.isfinite(vectors.data).all()
-    else:
-        vectors = np.asarray(vectors)
-        finite = np.isfinite(vectors).all()
-    if not finite:
-        raise ValueError("the encoder returned non-finite embeddings")
-    return vectors, index
+    return (vectors.tocsr() if sp.issparse(vectors) else np.asarray(vectors)), index
 
 
 def _flat_positives(positives: list[list[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

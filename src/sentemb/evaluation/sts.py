@@ -36,6 +36,8 @@ def cosine_scores(
     encoder: SentenceEncoder, pair_sets: dict[str, PairSet], batch_size: int
 ) -> dict[str, np.ndarray]:
     """Cosine similarity of every pair of every set, from one encode pass over all sentences."""
+    if not pair_sets:
+        return {}  # nothing to encode (a TF-IDF fit on no sentence has no vocabulary)
     sentences = [s for pairs in pair_sets.values() for s in (*pairs.first, *pairs.second)]
     vectors, row = embed(encoder, sentences, batch_size)
     return {

@@ -33,7 +33,8 @@ def build_evaluator(suite: str, params: dict[str, Any], root: Path, batch_size: 
 def load_encoder(name: str, language: str, params: dict[str, Any], data: Path) -> SentenceEncoder:
     """A neural encoder for a model name or folder, or the TF-IDF baseline for `tfidf`.
 
-    Chinese (`language="zh"`) uses the pooler of `eval.chinese`.
+    Chinese (`language="zh"`) uses the pooler of `eval.chinese`; a model that cannot be loaded
+    is an error naming `eval.chinese.model` when that is set, else `model.name_or_path`.
     """
     if name == "tfidf":
         corpus_file = data / "corpus" / "train.txt"
@@ -42,11 +43,12 @@ def load_encoder(name: str, language: str, params: dict[str, Any], data: Path) -
             corpus = corpus_file.read_text(encoding="utf-8").splitlines()
         return TfidfEncoder(language, section(params, "tfidf", TfidfConfig), corpus)
     model = section(params, "model", ModelConfig)
-    pooler = model.pooler
+    pooler, param = model.pooler, "model.name_or_path"
     if language == "zh":
-        pooler = section(params, "eval.chinese", ChineseConfig).pooler
+        chinese = section(params, "eval.chinese", ChineseConfig)
+        pooler, param = chinese.pooler, "eval.chinese.model" if chinese.model else param
     return Encoder.from_pretrained(
-        name, pooler, model.max_length, model.trust_remote_code, model.precision
+        name, pooler, model.max_length, model.trust_remote_code, model.precision, param
     )
 
 

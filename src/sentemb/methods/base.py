@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -152,6 +152,10 @@ class Method(nn.Module):
         super().__init__()
         self.config = config
 
+    def check_corpus(self, sentences: Sequence[str]) -> None:
+        """Refuse, before training, a corpus this part cannot train on (PaSeR: phrases of
+        another corpus); the default accepts any."""
+
     def contribute(self, objective: Objective, views: Views, state: TrainState) -> None:
         """Add this part's negatives, weights or terms to `objective`."""
 
@@ -188,20 +192,30 @@ class MethodOutput:
     logs: dict[str, float]
 
 
+def parse_spec(spec: str) -> list[str]:
+    """The part names of a method spec: `'simcse + iscse'` -> `['simcse', 'iscse']`.
+
+    The one place a spec is read: split on '+', spaces stripped; an empty, unknown or repeated
+    part is a `ConfigError` naming the spec. `'+'.join` of the result is the spec's canonical form.
+    """
+    names = [n.strip() for n in spec.split("+")]
+    unknown = [n for n in names if n and n not in METHODS]
+    if "" in names or unknown or len(set(names)) != len(names):
+        raise ConfigError(
+            f"method: {spec!r} must join distinct known methods with '+' (no empty part); "
+            f"unknown {unknown}; known {sorted(METHODS)}"
+        )
+    return names
+
+
 class CombinedMethod(nn.Module):
     """SimCSE's InfoNCE plus every part named in `method` (`iscse+dclr`, `sscl+dclr`, ...)."""
 
     def __init__(self, spec: str, params: dict[str, Any], encoder: Encoder, seed: int = 0) -> None:
         """Build the parts; their random initialisation (PaSeR's decoder) is drawn from `seed`."""
         super().__init__()
-        names = [n.strip() for n in spec.split("+")]
-        unknown = [n for n in names if n not in METHODS]
-        if unknown or len(set(names)) != len(names):
-            raise ConfigError(
-                f"method: {spec!r} must join distinct known methods with '+'; "
-                f"unknown {unknown}; known {sorted(METHODS)}"
-            )
-        self.spec = spec
+        names = parse_spec(spec)
+        self.spec = "+".join(names)
         self.base = section(params, "simcse", SimCSEConfig)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
@@ -228,6 +242,11 @@ class CombinedMethod(nn.Module):
             losses.append(term)
             logs[name] = term.item()
         return MethodOutput(functools.reduce(operator.add, losses), logs)
+
+    def check_corpus(self, sentences: Sequence[str]) -> None:
+        """Every part's check of the training corpus (`Method.check_corpus`)."""
+        for part in self.parts.values():
+            part.check_corpus(sentences)
 
     def after_step(self, views: Views) -> None:
         for part in self.parts.values():

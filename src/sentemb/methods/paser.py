@@ -5,7 +5,9 @@ by one mask token per sub-word (§3.1.2, Table 5); EDA augments both copies (§3
 The decoding signal is [E_s, E_s~, m|E_s - E_s~|, n|E_s * E_s~|] (eq. 2), fed as a memory of
 four vectors to a randomly initialised Transformer decoder whose word embeddings are the
 encoder's; it reconstructs the masked phrases with teacher forcing (eq. 3) and is not part of the
-saved encoder. MLM on s keeps token representations (eq. 4): L = w_mlm L_MLM + w_gen L_gen.
+saved encoder. MLM on s keeps token representations (eq. 4): L = w_mlm L_MLM + w_gen L_gen; a
+batch in which the 15% masking picks no token (one or two short sentences) has no MLM target, so
+its MLM term is 0.
 Alone (`method: paser`) the objective is generative only; `simcse+paser` adds SimCSE's InfoNCE,
 the form of eq. 5 (L_contrastive + α L_generative, α = `generative_weight`).
 """
@@ -24,7 +26,9 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase
 
+from sentemb.config import ConfigError
 from sentemb.data.augment import EDA, EDA_OPERATIONS
+from sentemb.data.readers import DataFormatError
 from sentemb.encoder import Encoder
 from sentemb.methods.base import Method, Objective, TrainState, Views, register_method
 from sentemb.phrases import nltk_stopwords, read_phrase_spans
@@ -233,15 +237,21 @@ class PaSeR(Method):
     def __init__(self, config: PaSeRConfig, encoder: Encoder) -> None:
         super().__init__(config, encoder)
         self.tokenizer = encoder.tokenizer
-        if self.tokenizer.mask_token is None:
-            raise ValueError("paser: the model's tokenizer has no mask token")
         self._embeddings = [encoder.backbone.get_input_embeddings()]  # shared, not a submodule
         backbone = encoder.backbone.config
         special = {
+            "mask": self.tokenizer.mask_token_id,
             "bos": self.tokenizer.cls_token_id or self.tokenizer.bos_token_id,
             "eos": self.tokenizer.sep_token_id or self.tokenizer.eos_token_id,
             "pad": self.tokenizer.pad_token_id,
         }
+        if None in special.values() or len(set(special.values())) < len(special):
+            raise ConfigError(
+                f"model.name_or_path: paser needs distinct mask, start ([CLS]/BOS), end "
+                f"([SEP]/EOS) and pad tokens; the tokenizer of {backbone.name_or_path} has "
+                f"{special} (ids)"
+            )
+        del special["mask"]
         self.decoder = PhraseDecoder(
             DecoderConfig(
                 dim=backbone.hidden_size,
@@ -260,7 +270,10 @@ class PaSeR(Method):
         self.collator = DataCollatorForLanguageModeling(
             self.tokenizer, mlm_probability=config.mlm_probability
         )
-        self.spans = read_phrase_spans(Path(config.phrases))
+        try:
+            self.spans = read_phrase_spans(Path(config.phrases))
+        except DataFormatError as err:
+            raise ConfigError(f"paser.phrases: {err}") from err
         self.eda = EDA(
             config.augment,
             config.augment_ratio,
@@ -272,10 +285,28 @@ class PaSeR(Method):
     def embeddings(self) -> nn.Embedding:
         return self._embeddings[0]
 
+    def check_corpus(self, sentences: Sequence[str]) -> None:
+        """Refuse a phrases file made from another corpus: its sentences must be exactly the
+        distinct sentences of the training corpus (the phrases stage writes one row for each)."""
+        corpus = set(sentences)
+        missing = next((s for s in sentences if s not in self.spans), None)
+        if missing is None and len(corpus) == len(self.spans):
+            return
+        example = (
+            f"it has no row for the training sentence {missing[:60]!r}"
+            if missing is not None
+            else "it has rows for sentences the training corpus does not hold"
+        )
+        raise ConfigError(
+            f"paser.phrases: {self.config.phrases} was made from another corpus "
+            f"({len(self.spans)} distinct sentences; the training corpus has {len(corpus)}, and "
+            f"{example}); rerun the phrases stage on the training corpus (dvc repro phrases)"
+        )
+
     def masked_copy(self, sentence: str, max_tokens: int) -> MaskedCopy:
         if sentence not in self.spans:
-            raise ValueError(
-                f"paser.phrases: {self.config.phrases} has no record of the sentence "
+            raise ConfigError(
+                f"paser.phrases: {self.config.phrases} has no row for the training sentence "
                 f"{sentence[:60]!r}; rerun the phrases stage on the training corpus"
             )
         spans = self.spans[sentence]
@@ -331,7 +362,10 @@ class PaSeR(Method):
         if mlm:
             chosen = labels != -100  # only masked positions are scored: no vocab-wide logits
             logits = self.mlm(output.hidden_states[-1][2 * size :][chosen], self.embeddings)
-            loss = F.cross_entropy(logits.float(), labels[chosen])
+            if chosen.any():
+                loss = F.cross_entropy(logits.float(), labels[chosen])
+            else:  # no token masked: no target, the term is 0 (the head stays in the graph)
+                loss = logits.sum() * 0.0
             objective.terms["paser/mlm"] = self.config.mlm_weight * loss
 
     def save(self, folder: Path) -> None:

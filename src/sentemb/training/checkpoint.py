@@ -3,15 +3,20 @@
 A checkpoint folder holds `model.safetensors` (encoder, head, method buffers), `optimizer.pt`
 (tensors and numbers only), `rng.safetensors` (every rank's RNG) and `state.json` (step, curves,
 best score). It is written to a temporary folder and renamed, so a killed run leaves the previous
-checkpoint intact.
+checkpoint intact. A run's checkpoints live in `<folder>/<run key hash>/`, the run key being
+everything that defines the run (params, data and model hashes); one process at a time holds
+`<folder>` (`exclusive`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import pickle
 import random
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +26,72 @@ from safetensors.torch import load_file, save_file
 
 from sentemb.io import CheckpointError, atomic_path
 
+LOCK_FILE = ".lock"
+
 
 def params_hash(params: dict[str, Any]) -> str:
     """A stable hash of the params a run depends on: a checkpoint resumes only the same run."""
     return hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def lines_hash(lines: Iterable[str]) -> str:
+    """The sha256 of `lines` (a corpus as it is trained on), one line each."""
+    digest = hashlib.sha256()
+    for line in lines:
+        digest.update(line.encode())
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
+def files_hash(paths: Iterable[Path]) -> str:
+    """The sha256 of the contents of `paths`, in order."""
+    digest = hashlib.sha256()
+    for path in paths:
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def source_hash() -> str:
+    """The sha256 of the `sentemb` package's code (every .py file, by relative path)."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(f"{path.relative_to(root).as_posix()}\n".encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def key_differences(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """The dotted names at which two run keys differ (`['data.corpus', 'train.batch_size']`)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [
+            name
+            for key in sorted(set(old) | set(new), key=str)
+            for name in key_differences(old.get(key), new.get(key), f"{prefix}{key}.")
+        ]
+    return [] if old == new else [prefix.removesuffix(".")]
+
+
+@contextlib.contextmanager
+def exclusive(folder: Path) -> Iterator[None]:
+    """Hold `folder` for one training process: an exclusive `flock` on `<folder>/.lock`.
+
+    A second process is refused with one `CheckpointError` naming the folder. The kernel drops
+    the lock when its holder dies, so a killed run never blocks the next; the file stays (removing
+    it would let two processes lock two different files).
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / LOCK_FILE).open("a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as err:
+            raise CheckpointError(
+                f"{folder}: another training process is using this checkpoint folder; wait for "
+                "it to end or give this run another one (--checkpoints)"
+            ) from err
+        yield
 
 
 def rng_state(generator: torch.Generator) -> dict[str, torch.Tensor]:
@@ -49,7 +116,7 @@ def save_checkpoint(
     state: dict[str, Any],
 ) -> None:
     """Write a complete checkpoint atomically; `rngs` holds the RNG state of every rank."""
-    with atomic_path(folder) as tmp:
+    with atomic_path(folder, folder=True) as tmp:
         tmp.mkdir()
         tensors = {
             f"{name}.{key}": value.detach().contiguous().cpu()

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
 from typing import Literal
 
+import torch
+
 from sentemb.encoder import POOLERS
+
+DEVICES = r"auto|cpu|cuda(:\d+)?"  # whether the machine has it is checked where training starts
+# AdamW's first update is learning_rate / (1 - beta1) = 10 x learning_rate, which must be a float32
+MAX_LEARNING_RATE = float(torch.finfo(torch.float32).max) / 10
 
 
 @dataclass
@@ -32,14 +40,32 @@ class TrainConfig:
 
     def validate(self) -> list[str]:
         problems = []
-        for name in ("max_length", "batch_size", "epochs", "eval_steps", "checkpoint_steps"):
+        for name in (
+            "max_length",
+            "batch_size",
+            "epochs",
+            "eval_steps",
+            "checkpoint_steps",
+            "log_steps",
+        ):
             if getattr(self, name) < 1:
                 problems.append(f"{name}: must be >= 1, got {getattr(self, name)}")
-        if self.learning_rate <= 0:
-            problems.append(f"learning_rate: must be > 0, got {self.learning_rate}")
         if self.max_steps is not None and self.max_steps < 1:
             problems.append(f"max_steps: must be >= 1 or null, got {self.max_steps}")
+        if self.warmup_steps < 0:
+            problems.append(f"warmup_steps: must be >= 0, got {self.warmup_steps}")
+        if not 0 < self.learning_rate < MAX_LEARNING_RATE:
+            problems.append(
+                f"learning_rate: must be > 0 and < {MAX_LEARNING_RATE:.3g} (AdamW's first step, "
+                f"10 x learning_rate, must be a float32), got {self.learning_rate}"
+            )
+        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            problems.append(f"weight_decay: must be a finite number >= 0, got {self.weight_decay}")
         for name in ("pooler", "eval_pooler"):
             if getattr(self, name) not in POOLERS:
                 problems.append(f"{name}: {getattr(self, name)!r} is not one of {list(POOLERS)}")
+        if not re.fullmatch(DEVICES, self.device):
+            problems.append(
+                f"device: {self.device!r} is not a device; use auto, cpu, cuda or cuda:<index>"
+            )
         return problems

@@ -1,0 +1,129 @@
+"""`python -m sentemb.metrics_diff`: `dvc metrics diff` with the scores that moved by less than
+`compare.noise` labelled noise; DVC's JSON read without DVC, then a real git + DVC repo."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sentemb.metrics_diff import Change, changes, is_score, label, table
+
+DIFF = {
+    "metrics/runs/simcse-1/sts.json": {
+        "avg": {"old": 76.3217, "new": 76.3251, "diff": 0.0034},
+        "repal.avg": {"old": 76.9, "new": 76.84, "diff": -0.06},
+        "STS12": {"old": None, "new": 70.1},
+    },
+    "metrics/runs/simcse-1/train.json": {
+        "best_dev": {"old": 84.3456, "new": 84.3439, "diff": -0.0017},
+        "final_loss": {"old": 0.0037, "new": 0.0036, "diff": -0.0001},
+        "method": {"old": "simcse", "new": "sscl"},
+    },
+    "metrics/compare.json": {
+        "methods.simcse.sts.avg.mean": {"old": 76.32, "new": 76.325, "diff": 0.005},
+        "analysis.simcse.alignment.mean": {"old": 0.151, "new": 0.152, "diff": 0.001},
+    },
+}
+
+
+def test_only_scores_below_the_noise_are_noise() -> None:
+    rows = changes(DIFF)
+    assert [(r.path.split("/")[-1], r.metric) for r in rows] == [
+        ("sts.json", "avg"),
+        ("sts.json", "repal.avg"),
+        ("sts.json", "STS12"),
+        ("train.json", "best_dev"),
+        ("train.json", "final_loss"),
+        ("compare.json", "methods.simcse.sts.avg.mean"),
+        ("compare.json", "analysis.simcse.alignment.mean"),
+    ]  # the string `method` is not a metric to compare
+    assert [label(r, 0.01) for r in rows] == ["noise", "", "", "noise", "", "noise", ""]
+    assert [label(r, 0.001) for r in rows] == [""] * 7
+    assert label(Change("metrics/tfidf/sts.json", "avg", 80.0, 80.0 + 0.01), 0.01) == ""
+
+
+@pytest.mark.parametrize(
+    ("path", "metric", "score"),
+    [
+        ("metrics/reference/transfer.json", "MR/dev", True),
+        ("metrics/tfidf/retrieval.json", "QQP-protocol/BQ/map", True),
+        ("metrics/runs/a-1/chinese.json", "whitening.avg", True),
+        ("metrics/runs/a-1/refine.json", "english.dev/repal", True),
+        ("metrics/runs/a-1/refine.json", "english.lambda2", False),
+        ("metrics/runs/a-1/refine.json", "english.cosine/none", False),
+        ("metrics/runs/a-1/train.json", "steps", False),
+        ("metrics/runs/a-1/analysis.json", "uniformity", False),
+        ("metrics/compare.json", "paired.sscl.sts.avg.difference", True),
+        ("metrics/compare.json", "paired.sscl.sts.avg.p_seeds", False),
+        ("metrics/compare.json", "methods.sscl.sts.avg.n", False),
+        ("metrics/phrases.json", "phrases", False),
+    ],
+)
+def test_scores_are_the_x100_metrics(path: str, metric: str, score: bool) -> None:
+    assert is_score(path, metric) is score
+
+
+def test_table_is_dvcs_with_a_note_column() -> None:
+    text = table(changes(DIFF), 0.01, "HEAD", "workspace")
+    lines = text.splitlines()
+    assert lines[0] == "| Path | Metric | HEAD | workspace | Change | Note |"
+    assert "| metrics/runs/simcse-1/sts.json | avg | 76.3217 | 76.3251 | +0.0034 | noise |" in lines
+    assert "| metrics/runs/simcse-1/sts.json | STS12 | - | 70.1 | - |  |" in lines
+    assert lines[-1] == (
+        "7 metric(s) changed; 3 of the 4 changed score(s) moved by less than 0.01 points"
+        " (`compare.noise`): noise"
+    )
+    assert table([], 0.01, "HEAD", "workspace") == "no metric changed"
+
+
+def metrics_diff(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
+    command = [sys.executable, "-m", "sentemb.metrics_diff", *args]
+    return subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True)
+
+
+@pytest.mark.slow
+def test_metrics_diff_in_a_git_and_dvc_repo(tmp_path: Path) -> None:
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path)
+
+    git("init", "-q")
+    subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=tmp_path, check=True)
+    runs = tmp_path / "metrics/runs/simcse-1"
+    runs.mkdir(parents=True)
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"metrics": ["metrics/runs"]}))
+    (tmp_path / "params.yaml").write_text("compare:\n  noise: 0.01\n")
+    (runs / "sts.json").write_text(json.dumps({"avg": 76.3217, "STS12": 70.0}))
+    (runs / "train.json").write_text(json.dumps({"best_dev": 84.3456, "final_loss": 0.0037}))
+    git("add", "-A")
+    git("commit", "-qm", "first")
+    (runs / "sts.json").write_text(json.dumps({"avg": 76.3251, "STS12": 70.5}))
+    (runs / "train.json").write_text(json.dumps({"best_dev": 84.3439, "final_loss": 0.0036}))
+
+    result = metrics_diff(tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "| metrics/runs/simcse-1/sts.json | avg | 76.3217 | 76.3251 | +0.0034 | noise |" in lines
+    assert "| metrics/runs/simcse-1/sts.json | STS12 | 70.0 | 70.5 | +0.5 |  |" in lines
+    assert (
+        "| metrics/runs/simcse-1/train.json | best_dev | 84.3456 | 84.3439 | -0.0017 | noise |"
+        in lines
+    )
+    assert (
+        "| metrics/runs/simcse-1/train.json | final_loss | 0.0037 | 0.0036 | -0.0001 |  |" in lines
+    )
+    assert "noise |" not in metrics_diff(tmp_path, "HEAD", "--noise", "0.001").stdout
+
+    for args, message in (
+        (["no-such-rev"], "error: dvc metrics diff: "),
+        (["--noise", "-1"], "error: --noise: must be a finite number >= 0, got -1.0"),
+    ):
+        failed = metrics_diff(tmp_path, *args)
+        assert failed.returncode == 1 and failed.stdout == ""
+        assert failed.stderr.startswith(message) and len(failed.stderr.splitlines()) == 1

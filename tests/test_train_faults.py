@@ -1,0 +1,313 @@
+"""`stages/train.py` as users run it, given faults: bad params and missing inputs are one error
+line before anything is built; a resumed run is the same run (params, corpus, dev data, model,
+spec written with spaces) or starts afresh saying why; divergence stops with one error and keeps
+the last good checkpoint; a run that learns nothing is warned about in the metrics; one process
+per checkpoint folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file, save_file
+from test_safety import hold_checkpoints
+from test_stages import REPO, last_error, run_stage, train_args, write_params
+
+OUTPUTS = ("model", "train.json", "plots", "checkpoints")
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    db = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
+    return {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{db}", "DVC_NO_ANALYTICS": "1"}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory, mirror: Path, env: dict[str, str]) -> Path:
+    """`data/raw` of the download stage: 500 wiki sentences and STS-B (no SICK)."""
+    work = tmp_path_factory.mktemp("download")
+    write_params(work, mirror, data={"datasets": ["wiki1m", "STSBenchmark"]})
+    result = run_stage("download.py", [], work, {**env, "no_proxy": "*"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    return work / "data" / "raw"
+
+
+def training(work: Path, mirror: Path, model: Path, **sections: dict) -> Path:
+    """Params for 4 steps of batch 16 on `model` (sections update the defaults) in `work`."""
+    work.mkdir(exist_ok=True)
+    train = {"batch_size": 16, "max_steps": 4, "eval_steps": 2, "checkpoint_steps": 1}
+    params = write_params(work, mirror, model={"name_or_path": str(model)})
+    values = yaml.safe_load(params.read_text())
+    values["train"].update(train)
+    values["iscse"].update(buffer_size=32, k=2, clusters=2)
+    for name, section in sections.items():
+        values[name].update(section)
+    params.write_text(yaml.safe_dump(values))
+    return params
+
+
+def train(
+    work: Path, params: Path, data: Path, env: dict, method: str = "simcse"
+) -> subprocess.CompletedProcess:
+    args = [*train_args(params, work, method), "--data", str(data)]
+    return run_stage("train.py", args, work, env)
+
+
+def nothing_written(work: Path) -> bool:
+    return not any((work / name).exists() for name in OUTPUTS)
+
+
+def data_copy(data: Path, folder: Path) -> Path:
+    copy = folder / "raw"
+    shutil.copytree(data, copy)
+    return copy
+
+
+@pytest.mark.parametrize(
+    ("sections", "method", "message"),
+    [
+        (
+            {"train": {"batch_size": 600}},
+            "simcse",
+            "train.batch_size: 600 is more than the 500 sentences of {data}/corpus/train.txt",
+        ),
+        ({"train": {"batch_size": 1}}, "sscl", "train.batch_size: 1 leaves no in-batch negative"),
+        ({"train": {"log_steps": 0}}, "simcse", "train.log_steps: must be >= 1, got 0"),
+        ({"train": {"max_steps": -1}}, "simcse", "train.max_steps: must be >= 1 or null, got -1"),
+        ({"train": {"epochs": 0}}, "simcse", "train.epochs: must be >= 1, got 0"),
+        (
+            {"train": {"weight_decay": -0.1}},
+            "simcse",
+            "train.weight_decay: must be a finite number >= 0, got -0.1",
+        ),
+        ({"train": {"warmup_steps": -5}}, "simcse", "train.warmup_steps: must be >= 0, got -5"),
+        ({"train": {"learning_rate": float("nan")}}, "simcse", "train.learning_rate: must be > 0"),
+        ({"train": {"device": "gpu0"}}, "simcse", "train.device: 'gpu0' is not a device"),
+        ({"train": {"device": "cuda"}}, "simcse", "train.device: 'cuda', but torch"),
+        (
+            {"train": {"selection": "stsb+sick"}},
+            "simcse",
+            "{data}/senteval/data/downstream/SICK/SICK_trial.txt: "
+            "not found; train.selection: stsb+sick selects the model on it",
+        ),
+        (
+            {"paser": {"phrases": "absent/rake.jsonl"}},
+            "simcse+paser",
+            "paser.phrases: absent/rake.jsonl: not found; run the phrases stage first",
+        ),
+        ({}, "simcse+", "method: 'simcse+' must join distinct known methods"),
+        ({}, "simcse + simcse", "method: 'simcse + simcse' must join distinct known methods"),
+    ],
+)
+def test_bad_params_are_one_error_before_anything_is_written(
+    data: Path,
+    tiny_model_dir: Path,
+    mirror: Path,
+    env: dict,
+    tmp_path: Path,
+    sections: dict,
+    method: str,
+    message: str,
+) -> None:
+    if sections.get("train", {}).get("device") == "cuda" and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    params = training(tmp_path, mirror, tiny_model_dir, **sections)
+    error = last_error(train(tmp_path, params, data, env, method))
+    assert error.startswith(f"error: {message.format(data=data)}"), error
+    assert nothing_written(tmp_path)
+
+
+def test_missing_dev_set_is_found_before_training(
+    data: Path, tiny_model_dir: Path, mirror: Path, env: dict, tmp_path: Path
+) -> None:
+    """STS-B dev absent (the download left it out): refused before the model is loaded, not
+    after `eval_steps` steps of training."""
+    copy = data_copy(data, tmp_path)
+    sts = copy / "senteval" / "data" / "downstream" / "STS"
+    shutil.rmtree(sts / "STSBenchmark")
+    params = training(tmp_path, mirror, tiny_model_dir, train={"eval_steps": 1000})
+    error = last_error(train(tmp_path, params, copy, env))
+    dev = sts / "STSBenchmark" / "sts-dev.csv"
+    assert error.startswith(f"error: {dev}: not found; train.selection: stsb selects the model on")
+    assert nothing_written(tmp_path)
+
+
+KILLED = """
+import os, runpy, signal, sys
+from sentemb.training.loop import Trainer
+step = Trainer.step
+def killing(self, index):
+    if index == 2:  # the checkpoint of step 2 is written
+        os.kill(os.getpid(), signal.SIGKILL)
+    return step(self, index)
+Trainer.step = killing
+sys.argv = [{stage!r}, *{args!r}]
+runpy.run_path({stage!r}, run_name="__main__")
+"""
+
+
+def changed_weights(model: Path) -> None:
+    """The same folder with other weights (a model updated in place)."""
+    path = model / "model.safetensors"
+    tensors = load_file(path)
+    name = sorted(tensors)[0]
+    tensors[name] = tensors[name] + 0.01
+    save_file(tensors, path, metadata={"format": "pt"})
+
+
+def test_resume_only_the_same_run(
+    data: Path, tiny_model_dir: Path, mirror: Path, env: dict, tmp_path: Path
+) -> None:
+    """A run killed at step 2 is resumed only by the same run: another corpus, another param of
+    a part of the spec (written with spaces) or other weights at the same model path each start
+    afresh, say which part differs and leave the killed run's checkpoint; the same run, its spec
+    written with spaces, resumes at step 2."""
+    model = tmp_path / "model-in"
+    shutil.copytree(tiny_model_dir, model)
+    params = training(tmp_path, mirror, model)
+    args = [*train_args(params, tmp_path, "simcse+iscse"), "--data", str(data)]
+    stage = str(REPO / "stages" / "train.py")
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED.format(stage=stage, args=args)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    (checkpoint,) = (tmp_path / "checkpoints").glob("*/last")
+    assert json.loads((checkpoint / "state.json").read_text())["step"] == 2
+
+    smaller = data_copy(data, tmp_path / "smaller")
+    corpus = smaller / "corpus" / "train.txt"
+    corpus.write_text("\n".join(corpus.read_text().splitlines()[:400]) + "\n")
+    original = model / "model.safetensors"
+    backup = original.read_bytes()
+    cases = [
+        ("data.corpus", smaller, params, lambda: None),
+        ("iscse.k", data, training(tmp_path / "k", mirror, model, iscse={"k": 3}), lambda: None),
+        ("model.weights", data, params, lambda: changed_weights(model)),
+    ]
+    for differs, root, case_params, change in cases:
+        change()
+        result = train(tmp_path, case_params, root, env, "simcse + iscse")
+        assert result.returncode == 0, result.stderr[-3000:]
+        fresh = [line for line in result.stderr.splitlines() if "starting afresh" in line]
+        assert fresh == [
+            f"WARNING sentemb.training.loop: starting afresh, not resuming {checkpoint}: "
+            f"that checkpoint is of another run (it differs in {differs}); it is left in place"
+        ]
+        assert "resuming from" not in result.stderr
+        assert json.loads((checkpoint / "state.json").read_text())["step"] == 2
+        original.write_bytes(backup)
+    result = train(tmp_path, params, data, env, "simcse + iscse")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"resuming from {checkpoint} at step 2" in result.stderr
+    assert json.loads((tmp_path / "train.json").read_text())["method"] == "simcse+iscse"
+    assert not checkpoint.parent.exists()
+
+
+LIKELY = (
+    r"likely: train.learning_rate \({lr}\) too high, simcse.temperature \(0.05\) too low, "
+    r"train.precision \(auto; fp32 is safer\)$"
+)
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (
+            {"learning_rate": 1e30, "checkpoint_steps": 1},
+            r"training diverged at step 1: the weight norm is inf in float32; no checkpoint was "
+            r"written; " + LIKELY.format(lr=r"1e\+30"),
+        ),
+        (
+            {"learning_rate": 1e10, "checkpoint_steps": 1, "eval_steps": 4},
+            r"training diverged at step 2: the loss is nan; the last good checkpoint \(step 1\) "
+            r"is kept in {checkpoints}/\w+; " + LIKELY.format(lr=r"1e\+10"),
+        ),
+        (
+            {"learning_rate": 1e10, "checkpoint_steps": 4, "eval_steps": 1},
+            r"training diverged at step 1: the dev set cannot be scored: .*non-finite vectors.*; "
+            r"no checkpoint was written; " + LIKELY.format(lr=r"1e\+10"),
+        ),
+    ],
+)
+def test_divergence_is_one_error_and_keeps_the_last_good_checkpoint(
+    data: Path,
+    tiny_model_dir: Path,
+    mirror: Path,
+    env: dict,
+    tmp_path: Path,
+    settings: dict,
+    message: str,
+) -> None:
+    """`train.learning_rate: 1e30` makes the weights overflow at step 1; 1e10 makes the loss NaN
+    at step 2, or the dev vectors at step 1: one error naming the step and the likely params, no
+    model/metrics/plots, and the checkpoint left, if any, is the last finite one."""
+    params = training(tmp_path, mirror, tiny_model_dir, train=settings)
+    error = last_error(train(tmp_path, params, data, env))
+    checkpoints = re.escape(str(tmp_path / "checkpoints"))
+    assert re.match(f"error: {message.replace('{checkpoints}', checkpoints)}", error), error
+    assert not any((tmp_path / name).exists() for name in ("model", "train.json", "plots"))
+    for weights in (tmp_path / "checkpoints").glob("*/last/model.safetensors"):
+        assert all(torch.isfinite(t).all() for t in load_file(weights).values())
+
+
+def test_training_that_learns_nothing_is_warned_in_the_metrics(
+    data: Path, tiny_model_dir: Path, mirror: Path, env: dict, tmp_path: Path
+) -> None:
+    """`simcse.temperature: 1e-6` on a model whose views and vectors are far apart (no dropout,
+    mean pooling): loss 0 at every step, the model unchanged; exit 0 with a warning in the log
+    and in train.json, whose `initial_dev` is the untrained model's score."""
+    model = tmp_path / "model-in"
+    shutil.copytree(tiny_model_dir, model)
+    config = json.loads((model / "config.json").read_text())
+    config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    (model / "config.json").write_text(json.dumps(config))
+    params = training(
+        tmp_path,
+        mirror,
+        model,
+        train={"pooler": "mean", "eval_pooler": "mean", "log_steps": 1},
+        simcse={"temperature": 1e-6},
+    )
+    result = train(tmp_path, params, data, env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads((tmp_path / "train.json").read_text())
+    assert metrics["final_loss"] == 0.0 and metrics["best_dev"] == metrics["initial_dev"]
+    assert len(metrics["warnings"]) == 1
+    assert metrics["warnings"][0].startswith("the loss was 0 at every logged step")
+    assert f"WARNING sentemb.training.loop: {metrics['warnings'][0]}" in result.stderr
+
+
+def test_second_process_on_a_checkpoint_folder_is_one_error(
+    data: Path, tiny_model_dir: Path, mirror: Path, env: dict, tmp_path: Path
+) -> None:
+    """A training process holds checkpoints/; the stage given the same folder says so in one
+    line and writes nothing."""
+    checkpoints = tmp_path / "checkpoints"
+    holder = hold_checkpoints(tiny_model_dir, checkpoints, tmp_path)
+    try:
+        before = sorted(checkpoints.rglob("*"))
+        params = training(tmp_path, mirror, tiny_model_dir)
+        error = last_error(train(tmp_path, params, data, env))
+        assert error == (
+            f"error: {checkpoints}: another training process is using this checkpoint folder; "
+            "wait for it to end or give this run another one (--checkpoints)"
+        )
+        assert sorted(checkpoints.rglob("*")) == before
+        assert not any((tmp_path / name).exists() for name in ("model", "train.json", "plots"))
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait()

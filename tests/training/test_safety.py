@@ -1,0 +1,354 @@
+"""Training safety in the loop itself: divergence stops at its step and keeps the last good
+checkpoint, a run that learns nothing is warned about, batches and devices that cannot train are
+refused, `train` params are validated, one process per checkpoint folder, run keys and specs."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import make_trainer
+from safetensors.torch import load_file
+
+from sentemb.config import ConfigError, from_dict
+from sentemb.io import CheckpointError
+from sentemb.methods.base import parse_spec
+from sentemb.training.checkpoint import LOCK_FILE, key_differences
+from sentemb.training.config import TrainConfig
+from sentemb.training.loop import DivergenceError, Trainer, check_batches, pick_device
+
+HERE = Path(__file__).resolve().parent
+
+
+def last_checkpoint(trainer: Trainer) -> tuple[int, dict[str, torch.Tensor]]:
+    """The step and tensors of the run's `last` checkpoint."""
+    state = json.loads((trainer.run_dir / "last" / "state.json").read_text())
+    return state["step"], load_file(trainer.run_dir / "last" / "model.safetensors")
+
+
+@pytest.mark.parametrize(
+    ("fault", "at", "message"),
+    [
+        ("nan loss", 5, "the loss is nan"),
+        ("inf loss", 5, "the loss is inf"),
+        ("nan grad", 5, "the gradient norm is nan in float32"),
+        ("inf weight", 4, "the weight norm is inf in float32"),
+    ],
+)
+def test_non_finite_loss_gradient_or_weight_stops_at_its_step(
+    tiny_model_dir: Path, tmp_path: Path, fault: str, at: int, message: str
+) -> None:
+    """Injected at step 5 (checkpoints every 2): one error naming step 5 and the likely params;
+    nothing updated with it, the step-4 checkpoint kept and finite, no output. A weight made
+    infinite by step 3 is found when step 4 would checkpoint it: step 2's is kept."""
+    trainer = make_trainer(tiny_model_dir, "simcse", tmp_path / "ck")
+    compute_gradients, step = trainer.compute_gradients, trainer.step
+    first = next(p for p in trainer.params if p.requires_grad)
+
+    def faulty_gradients(index: int):
+        logs, views = compute_gradients(index)
+        if index == 4 and fault == "nan grad":
+            first.grad.view(-1)[0] = math.nan
+        elif index == 4 and fault.endswith("loss"):
+            logs["loss"] = math.nan if fault == "nan loss" else math.inf
+        return logs, views
+
+    def faulty_step(index: int):
+        logs = step(index)
+        if index == 3 and fault == "inf weight":
+            first.data.view(-1)[0] = math.inf
+        return logs
+
+    trainer.compute_gradients, trainer.step = faulty_gradients, faulty_step
+    kept = at - 1 if at % 2 else at - 2
+    expected = (
+        rf"^training diverged at step {at}: {message}; the last good checkpoint \(step {kept}\) is "
+        rf"kept in {re.escape(str(trainer.run_dir))}; likely: train.learning_rate \(3e-05\) "
+        r"too high, simcse.temperature \(0.05\) too low, train.precision \(auto; fp32 is safer\)$"
+    )
+    with pytest.raises(DivergenceError, match=expected):
+        trainer.train(tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    saved, tensors = last_checkpoint(trainer)
+    assert saved == kept and all(torch.isfinite(t).all() for t in tensors.values())
+    if fault != "inf weight":  # the bad step was not applied
+        assert all(torch.isfinite(p).all() for p in trainer.params)
+
+
+@pytest.mark.parametrize(
+    ("learning_rate", "steps", "message"),
+    [
+        (1e10, {"checkpoint_steps": 1}, r"2: the loss is nan; the last good checkpoint \(step 1\)"),
+        (1e10, {"eval_steps": 1}, "1: the dev score is nan; no checkpoint was written"),
+        (1e30, {"checkpoint_steps": 1}, "1: the weight norm is inf in float32; no checkpoint was"),
+        (
+            1e30,
+            {"checkpoint_steps": 1, "warmup_steps": 4},
+            r"2: the weight norm is inf in float32; the last good checkpoint \(step 1\)",
+        ),
+    ],
+)
+def test_real_divergence_is_one_error_and_no_bad_checkpoint(
+    tiny_model_dir: Path, tmp_path: Path, learning_rate: float, steps: dict, message: str
+) -> None:
+    """`train.learning_rate` 1e10 / 1e30: the loss, the dev score (vectors of weights ~1e10) or
+    the weights themselves stop being finite; whichever comes first stops the run at its step,
+    and only finite checkpoints are kept."""
+    config = {"eval_steps": 6, "checkpoint_steps": 6, **steps}
+    trainer = make_trainer(
+        tiny_model_dir, "simcse", tmp_path / "ck", learning_rate=learning_rate, **config
+    )
+    with pytest.raises(DivergenceError, match=rf"^training diverged at step {message}.*rate"):
+        trainer.train(tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    if (trainer.run_dir / "last").exists():
+        _, tensors = last_checkpoint(trainer)
+        assert all(torch.isfinite(t).all() for t in tensors.values())
+
+
+def test_loss_that_never_moves_is_warned(
+    tiny_model_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """simcse.temperature 1e-6, identical views and distinct mean-pooled vectors: the loss is 0
+    at every step and the model never changes; the run completes, warning in the log and in
+    `warnings`."""
+    trainer = make_trainer(
+        tiny_model_dir,
+        "simcse",
+        tmp_path / "ck",
+        dropout_free=True,
+        pooler="mean",
+        method_params={"simcse": {"temperature": 1e-6}},
+    )
+    with caplog.at_level(logging.WARNING):
+        result = trainer.train(tmp_path / "out")
+    assert {point["loss"] for point in result.loss_curve} == {0.0}
+    assert len(result.warnings) == 1
+    assert result.warnings[0].startswith("the loss was 0 at every logged step: the model did not")
+    assert "simcse.temperature 1e-06" in result.warnings[0]
+    assert result.warnings[0] in caplog.text
+    assert result.best_score == result.initial_dev  # the untrained model, bit for bit
+
+
+def scores(values: list[float]) -> Iterator[float]:
+    yield from values
+
+
+@pytest.mark.parametrize(
+    ("dev", "warned"),
+    [
+        (
+            [50.0, 40.0, 30.0],
+            "the best dev score 40.00 (step 3) is below the untrained model's 50.00",
+        ),
+        ([50.0, 55.0, 60.0], None),
+    ],
+)
+def test_best_dev_below_the_untrained_model_is_warned(
+    tiny_model_dir: Path, tmp_path: Path, dev: list[float], warned: str | None
+) -> None:
+    """The dev set is scored once before the first step (`initial_dev`); a best below it is a
+    warning, a run that improves has none."""
+    values = scores(dev)
+    trainer = make_trainer(
+        tiny_model_dir, "simcse", tmp_path / "ck", evaluate=lambda encoder: next(values)
+    )
+    result = trainer.train(tmp_path / "out")
+    assert result.initial_dev == 50.0
+    assert [point["dev"] for point in result.dev_curve] == dev[1:]
+    if warned is None:
+        assert result.warnings == []
+    else:
+        assert len(result.warnings) == 1 and result.warnings[0].startswith(warned)
+
+
+@pytest.mark.parametrize(
+    ("batch", "world", "contrastive", "sentences", "message"),
+    [
+        (1, 1, True, 64, "train.batch_size: 1 leaves no in-batch negative"),
+        (2, 2, True, 64, r"train.batch_size: 1 sentence per process \(2 processes\) leaves no"),
+        (3, 2, True, 64, "train.batch_size: 3 does not split across 2 processes"),
+        (65, 1, True, 64, "train.batch_size: 65 is more than the 64 sentences of corpus.txt"),
+        (9, 1, False, 8, "train.batch_size: 9 is more than the 8 sentences of corpus.txt"),
+    ],
+)
+def test_batch_that_cannot_train_is_refused(
+    batch: int, world: int, contrastive: bool, sentences: int, message: str
+) -> None:
+    config = TrainConfig(batch_size=batch)
+    with pytest.raises(ConfigError, match=f"^{message}"):
+        check_batches(config, sentences, "corpus.txt", contrastive, world)
+
+
+def test_batch_of_one_is_fine_without_in_batch_negatives() -> None:
+    """PaSeR alone reconstructs phrases: no negatives, so a batch of 1 trains."""
+    check_batches(TrainConfig(batch_size=1), 10, "corpus.txt", False, 1)
+
+
+def test_batch_of_one_is_refused_before_training(tiny_model_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^train.batch_size: 1 leaves no in-batch"):
+        make_trainer(tiny_model_dir, "sscl", tmp_path / "ck", batch_size=1)
+    assert not (tmp_path / "ck").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "cuda_devices", "message"),
+    [
+        ("cuda", 0, "train.device: 'cuda', but torch .* sees no CUDA device on this machine"),
+        ("cuda:0", 0, "train.device: 'cuda:0', but torch .* sees no CUDA device"),
+        ("cuda:3", 2, r"train.device: 'cuda:3', but this machine has 2 CUDA device\(s\)"),
+    ],
+)
+def test_device_the_machine_lacks_is_refused(
+    monkeypatch: pytest.MonkeyPatch, name: str, cuda_devices: int, message: str
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda_devices > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: cuda_devices)
+    with pytest.raises(ConfigError, match=f"^{message}"):
+        pick_device(name, 0)
+
+
+def test_devices_the_machine_has(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert pick_device("cpu", 0) == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert pick_device("auto", 1) == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert pick_device("auto", 3) == pick_device("cuda", 3) == torch.device("cuda", 1)
+    assert pick_device("cuda:1", 0) == torch.device("cuda", 1)
+
+
+LEARNING_RATE = (
+    "must be > 0 and < 3.4e+37 (AdamW's first step, 10 x learning_rate, must be a float32)"
+)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("log_steps", 0, "must be >= 1, got 0"),
+        ("eval_steps", 0, "must be >= 1, got 0"),
+        ("checkpoint_steps", -2, "must be >= 1, got -2"),
+        ("epochs", 0, "must be >= 1, got 0"),
+        ("max_steps", 0, "must be >= 1 or null, got 0"),
+        ("batch_size", 0, "must be >= 1, got 0"),
+        ("max_length", 0, "must be >= 1, got 0"),
+        ("warmup_steps", -1, "must be >= 0, got -1"),
+        ("weight_decay", -0.01, "must be a finite number >= 0, got -0.01"),
+        ("weight_decay", math.nan, "must be a finite number >= 0, got nan"),
+        ("learning_rate", 0, f"{LEARNING_RATE}, got 0.0"),
+        ("learning_rate", -1e-5, f"{LEARNING_RATE}, got -1e-05"),
+        ("learning_rate", 1e38, f"{LEARNING_RATE}, got 1e+38"),
+        ("learning_rate", math.inf, f"{LEARNING_RATE}, got inf"),
+        ("learning_rate", math.nan, f"{LEARNING_RATE}, got nan"),
+        ("device", "gpu0", "'gpu0' is not a device; use auto, cpu, cuda or cuda:<index>"),
+        ("device", "cuda:x", "'cuda:x' is not a device; use auto, cpu, cuda or cuda:<index>"),
+        ("device", "", "'' is not a device; use auto, cpu, cuda or cuda:<index>"),
+    ],
+)
+def test_train_params_out_of_range_are_refused(key: str, value: object, message: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        from_dict(TrainConfig, {key: value}, "train")
+    assert str(raised.value) == f"train.{key}: {message}"
+
+
+def test_valid_train_params_pass() -> None:
+    for device in ("auto", "cpu", "cuda", "cuda:1"):
+        from_dict(TrainConfig, {"device": device, "warmup_steps": 0, "weight_decay": 0}, "train")
+
+
+@pytest.mark.parametrize(
+    ("spec", "names"),
+    [
+        ("simcse + iscse", ["simcse", "iscse"]),
+        (" iscse+dclr ", ["iscse", "dclr"]),
+        ("sscl", ["sscl"]),
+    ],
+)
+def test_spec_is_read_in_one_place(spec: str, names: list[str]) -> None:
+    assert parse_spec(spec) == names
+
+
+@pytest.mark.parametrize(
+    "spec", ["", "+", "simcse+", "+iscse", "simcse++iscse", "simcse + ", "simcse+simcse", "simsce"]
+)
+def test_bad_spec_is_refused(spec: str) -> None:
+    with pytest.raises(ConfigError, match=rf"^method: {re.escape(repr(spec))} must join"):
+        parse_spec(spec)
+
+
+def test_key_differences_name_every_differing_part() -> None:
+    old = {"method": "simcse", "train": {"batch_size": 64, "lr": 1}, "data": {"corpus": "a"}}
+    new = {"method": "simcse", "train": {"batch_size": 32, "lr": 1}, "data": {"corpus": "b"}}
+    assert key_differences(old, new) == ["data.corpus", "train.batch_size"]
+    assert key_differences(old, {**old, "iscse": {"k": 2}}) == ["iscse"]
+    assert key_differences(old, old) == []
+
+
+HOLDER = """
+import sys, time
+sys.path.insert(0, {here!r})
+from pathlib import Path
+from helpers import make_trainer
+trainer = make_trainer(Path({model!r}), "simcse", Path({ck!r}))
+original = trainer.step
+def step(i):
+    if i == 3:  # after the checkpoint of step 2: hold the folder until killed
+        Path({ready!r}).touch()
+        time.sleep(600)
+    return original(i)
+trainer.step = step
+trainer.train(Path({out!r}))
+"""
+
+
+def hold_checkpoints(model: Path, checkpoints: Path, work: Path) -> subprocess.Popen:
+    """A real training process that holds `checkpoints` (checkpoint of step 2 written)."""
+    ready = work / "holding"
+    script = HOLDER.format(
+        here=str(HERE), model=str(model), ck=str(checkpoints), ready=str(ready), out=str(work / "o")
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 300
+    while not ready.exists():
+        assert holder.poll() is None, holder.stderr.read().decode()[-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return holder
+
+
+def test_second_process_on_a_checkpoint_folder_is_refused_until_the_first_dies(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """A second trainer on the folder is one `CheckpointError` naming it, and touches nothing;
+    once the holder is killed (SIGKILL: the kernel drops its lock) the next run resumes its
+    checkpoint."""
+    checkpoints = tmp_path / "ck"
+    holder = hold_checkpoints(tiny_model_dir, checkpoints, tmp_path)
+    try:
+        second = make_trainer(tiny_model_dir, "simcse", checkpoints)
+        before = sorted(p.relative_to(checkpoints) for p in checkpoints.rglob("*"))
+        with pytest.raises(CheckpointError, match=f"^{checkpoints}: another training process"):
+            second.train(tmp_path / "out")
+        assert sorted(p.relative_to(checkpoints) for p in checkpoints.rglob("*")) == before
+        assert not (tmp_path / "out").exists()
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait()
+    assert (checkpoints / LOCK_FILE).is_file()  # left behind by the killed holder
+    result = make_trainer(tiny_model_dir, "simcse", checkpoints).train(tmp_path / "out")
+    assert result.resumed_from == 2 and result.steps == 6
+    assert [p.name for p in checkpoints.iterdir()] == [LOCK_FILE]
