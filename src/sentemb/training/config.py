@@ -7,13 +7,12 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-import torch
-
 from sentemb.encoder import POOLERS
 
 DEVICES = r"auto|cpu|cuda(:\d+)?"  # whether the machine has it is checked where training starts
 # AdamW's first update is learning_rate / (1 - beta1) = 10 x learning_rate, which must be a float32
-MAX_LEARNING_RATE = float(torch.finfo(torch.float32).max) / 10
+FLOAT32_MAX = 3.4028234663852886e38  # torch.finfo(torch.float32).max, without importing torch
+MAX_LEARNING_RATE = FLOAT32_MAX / 10
 
 
 @dataclass
