@@ -16,7 +16,8 @@ from sentemb.analysis import (
     uniformity,
 )
 from sentemb.config import ConfigError, from_dict
-from sentemb.encoder import Encoder
+from sentemb.encoder import POOLERS, Encoder, ModelConfig, Pooler, masked_mean, pool
+from sentemb.training.config import TrainConfig
 
 
 def test_alignment_by_hand() -> None:
@@ -54,6 +55,48 @@ def test_over_smoothing_on_a_tiny_model(tiny_encoder: Encoder) -> None:
     single = over_smoothing(tiny_encoder, sentences[1:2], batch_size=1)
     assert single["inter_layer"][0] == pytest.approx(first.item(), abs=1e-5)  # eq. 2 on [CLS]
     assert all(-1.0 <= v <= 1.0 for v in result["token_wise"] + result["inter_layer"])
+
+
+def inter_layer_of_one_sentence(encoder: Encoder, sentence: str, vector) -> float:
+    """SSCL eq. 2 between the embedding layer and layer 1 of `sentence`, by hand."""
+    batch = encoder.tokenize([sentence])
+    with torch.inference_mode():
+        hidden = encoder(batch["input_ids"], batch["attention_mask"]).hidden_states
+    first, second = (vector(h, batch["attention_mask"])[0] for h in hidden[:2])
+    return torch.nn.functional.cosine_similarity(first, second, dim=0).item()
+
+
+@pytest.mark.parametrize("pooler", ["mean", "first_last_avg"])
+def test_inter_layer_of_the_mean_poolers_is_on_token_means(
+    tiny_encoder: Encoder, pooler: str
+) -> None:
+    tiny_encoder.pooler = pooler
+    single = over_smoothing(tiny_encoder, ["dogs bark"], batch_size=1)
+    expected = inter_layer_of_one_sentence(tiny_encoder, "dogs bark", masked_mean)
+    assert single["inter_layer"][0] == pytest.approx(expected, abs=1e-5)
+
+
+def test_a_pooler_registered_once_serves_training_evaluation_and_analysis(
+    tiny_encoder: Encoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def max_vector(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        padding = attention_mask.unsqueeze(-1) == 0
+        return hidden.masked_fill(padding, -torch.inf).max(1).values
+
+    monkeypatch.setitem(POOLERS, "max", Pooler(max_vector))
+    assert ModelConfig(pooler="max").validate() == []
+    assert TrainConfig(pooler="max", eval_pooler="max").validate() == []
+    batch = tiny_encoder.tokenize(["dogs bark", "a cat sat on the mat"])
+    with torch.inference_mode():
+        hidden = tiny_encoder(batch["input_ids"], batch["attention_mask"]).hidden_states
+    pooled = pool("max", hidden, batch["attention_mask"])
+    assert torch.equal(pooled, max_vector(hidden[-1], batch["attention_mask"]))
+    tiny_encoder.pooler = "max"
+    vectors = tiny_encoder.encode(["dogs bark"], show_progress=False)
+    np.testing.assert_allclose(vectors[0], pooled[0].numpy(), atol=0.05)  # bf16 autocast
+    single = over_smoothing(tiny_encoder, ["dogs bark"], batch_size=1)
+    expected = inter_layer_of_one_sentence(tiny_encoder, "dogs bark", max_vector)
+    assert single["inter_layer"][0] == pytest.approx(expected, abs=1e-5)
 
 
 def test_uniformity_stays_finite_for_a_large_t() -> None:

@@ -15,11 +15,14 @@ from sentemb import encoder
 from sentemb.config import ConfigError, section
 from sentemb.encoder import (
     DEFAULT_MODEL,
+    POOLER_FILE,
+    POOLERS,
     Encoder,
     ModelConfig,
     autocast_dtype,
     pool,
     resolve_model,
+    saved_pooler,
     sentence_transformers_pooler,
 )
 
@@ -79,6 +82,26 @@ def test_sentence_transformers_cls_config(tmp_path: Path) -> None:
         json.dumps({"pooling_mode_cls_token": True})
     )
     assert sentence_transformers_pooler(str(tmp_path)) == "cls_before_pooler"
+
+
+@pytest.mark.parametrize("pooler", list(POOLERS))
+def test_every_registered_pooler_is_saved_and_read_back(
+    tiny_encoder: Encoder, tmp_path: Path, pooler: str
+) -> None:
+    tiny_encoder.pooler = pooler
+    tiny_encoder.save(tmp_path)
+    assert saved_pooler(str(tmp_path)) == pooler
+    (tmp_path / POOLER_FILE).unlink()
+    if POOLERS[pooler].st_mode is None:  # sentence-transformers has no such pooling
+        assert not (tmp_path / "modules.json").exists()
+        return
+    assert sentence_transformers_pooler(str(tmp_path)) == pooler
+    config = json.loads((tmp_path / "1_Pooling" / "config.json").read_text())
+    assert list(config.items()) == [
+        ("word_embedding_dimension", 32),
+        ("pooling_mode_cls_token", pooler == "cls_before_pooler"),
+        ("pooling_mode_mean_tokens", pooler == "mean"),
+    ]
 
 
 def test_max_length_defaults_to_model_maximum(tiny_model_dir: Path) -> None:

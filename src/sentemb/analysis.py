@@ -22,7 +22,7 @@ from scipy.spatial.distance import pdist
 from scipy.special import logsumexp
 from sklearn.preprocessing import normalize
 
-from sentemb.encoder import Encoder, masked_mean
+from sentemb.encoder import POOLERS, Encoder
 
 
 @dataclass
@@ -65,22 +65,16 @@ def token_similarity(tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(m > 1, total / (m * (m - 1)).clamp(min=1.0), torch.nan)
 
 
-def layer_vectors(
-    encoder: Encoder, hidden: torch.Tensor, attention_mask: torch.Tensor
-) -> torch.Tensor:
-    """A layer's sentence vectors: [CLS] for the [CLS] poolers, else the masked token mean."""
-    if encoder.pooler in ("cls", "cls_before_pooler"):
-        return hidden[:, 0]
-    return masked_mean(hidden, attention_mask)
-
-
 @torch.inference_mode()
 def over_smoothing(
     encoder: Encoder, sentences: Sequence[str], batch_size: int
 ) -> dict[str, list[float]]:
     """Per layer (0 = embeddings), averaged over `sentences`: eq. 1 over each sentence's own
-    tokens (no [CLS], [SEP] or padding), and eq. 2 between each layer and the next."""
+    tokens (no [CLS], [SEP] or padding), and eq. 2 between each layer and the next, on the
+    layer's sentence vectors as the encoder's pooler makes them (its `vector`: [CLS] for the
+    [CLS] poolers, else the masked token mean)."""
     encoder.eval()
+    layer_vector = POOLERS[encoder.pooler].vector
     token_wise, inter_layer = [], []
     for start in range(0, len(sentences), batch_size):
         batch = encoder.tokenize(sentences[start : start + batch_size], special_tokens_mask=True)
@@ -89,7 +83,7 @@ def over_smoothing(
         with encoder.autocast():
             hidden = encoder(batch["input_ids"], batch["attention_mask"]).hidden_states
         token_wise.append(torch.stack([token_similarity(h.cpu(), words) for h in hidden], 1))
-        vectors = [layer_vectors(encoder, h, batch["attention_mask"]).float() for h in hidden]
+        vectors = [layer_vector(h, batch["attention_mask"]).float() for h in hidden]
         inter_layer.append(
             torch.stack(
                 [

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import pkgutil
 import types
 import typing
 from pathlib import Path
@@ -18,8 +19,17 @@ import yaml
 
 T = TypeVar("T")
 
-# The top-level keys of params.yaml: the run plan, one section per concern, and one section per
-# training method, named as the method registry names it (tests/test_config.py checks both).
+SHARED_METHOD_MODULES = ("base", "functional")  # the interface and the maths methods share
+# One params section per training method, named as its file in sentemb/methods/ (which is the
+# name it registers: tests/methods/test_registry.py), found without importing torch.
+METHOD_SECTIONS = tuple(
+    sorted(
+        module.name
+        for module in pkgutil.iter_modules([str(Path(__file__).with_name("methods"))])
+        if module.name not in SHARED_METHOD_MODULES
+    )
+)
+# The top-level keys of params.yaml: the run plan, one section per concern, one per method.
 SECTIONS = (
     "methods",
     "seeds",
@@ -27,11 +37,7 @@ SECTIONS = (
     "model",
     "train",
     "phrases",
-    "simcse",
-    "sscl",
-    "iscse",
-    "dclr",
-    "paser",
+    *METHOD_SECTIONS,
     "refine",
     "tfidf",
     "eval",

@@ -7,6 +7,9 @@ Poolers (Gao et al., 2021, §3 and their released code):
 - ``mean``: the average of the last layer's token vectors over the attention mask;
 - ``first_last_avg``: the masked token average of the first and last transformer layers.
 
+They are registered once, in `POOLERS`: training, evaluation (`pool`) and analysis (a pooler's
+per-layer `vector`, SSCL eq. 2) all read that table, so a new pooler is one entry there.
+
 A model is a local folder or a Hugging Face hub name. Whatever cannot be loaded is one
 `ConfigError` naming the param: a folder that does not exist, a hub name that cannot be downloaded
 (offline, or the hub unreachable: one request, not transformers' retries), weights saved only as
@@ -21,7 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,13 +38,11 @@ from sentemb.config import ConfigError
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-POOLERS = ("cls", "cls_before_pooler", "mean", "first_last_avg")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 POOLER_FILE = "sentemb_pooler.json"
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 PICKLE_WEIGHT_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 HUB_TIMEOUT = 10.0  # seconds for the one request that tells whether the hub can give a model
-ST_POOLING = {"cls_before_pooler": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens"}
 
 
 @dataclass
@@ -203,10 +204,9 @@ def sentence_transformers_pooler(folder: str, param: str = "model.name_or_path")
     if not pooling:
         return None
     config = read_model_json(Path(folder) / pooling[0] / "config.json", param)
-    if isinstance(config, dict) and config.get("pooling_mode_cls_token"):
-        return "cls_before_pooler"
-    if isinstance(config, dict) and config.get("pooling_mode_mean_tokens"):
-        return "mean"
+    for name, spec in POOLERS.items():
+        if spec.st_mode is not None and isinstance(config, dict) and config.get(spec.st_mode):
+            return name
     raise ConfigError(
         f"{folder}: its sentence-transformers pooling config {config} is not supported; "
         f"set model.pooler to one of {list(POOLERS)}"
@@ -283,6 +283,35 @@ def masked_mean(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Ten
     return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
 
 
+def cls_vector(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """The vector of the first token ([CLS]); padding is on the right, so it is never padding."""
+    return hidden[:, 0]
+
+
+@dataclass(frozen=True)
+class Pooler:
+    """How one pooler turns a forward pass into sentence vectors.
+
+    `vector` reduces one layer's tokens to a vector per sentence; `layers` are the hidden states
+    (0 = the embedding layer) averaged before it; `dense` hands that layer to the backbone's
+    pooler layer (dense + tanh on [CLS]) instead; `st_mode` is the sentence-transformers pooling
+    config flag of the same pooler, if it has one (read by `saved_pooler`, written by `save`).
+    """
+
+    vector: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    layers: tuple[int, ...] = (-1,)
+    dense: bool = False
+    st_mode: str | None = None
+
+
+POOLERS: dict[str, Pooler] = {
+    "cls": Pooler(cls_vector, dense=True),
+    "cls_before_pooler": Pooler(cls_vector, st_mode="pooling_mode_cls_token"),
+    "mean": Pooler(masked_mean, st_mode="pooling_mode_mean_tokens"),
+    "first_last_avg": Pooler(masked_mean, layers=(1, -1)),
+}
+
+
 def pool(
     pooler: str,
     hidden_states: Sequence[torch.Tensor],
@@ -290,18 +319,17 @@ def pool(
     pooler_layer: torch.nn.Module | None = None,
 ) -> torch.Tensor:
     """Pool token vectors into one sentence vector; `hidden_states[0]` is the embedding layer."""
-    last = hidden_states[-1]
-    if pooler == "cls_before_pooler":
-        return last[:, 0]
-    if pooler == "cls":
-        if pooler_layer is None:
-            raise ConfigError("model.pooler: 'cls' needs a backbone with a pooler layer")
-        return pooler_layer(last)
-    if pooler == "mean":
-        return masked_mean(last, attention_mask)
-    if pooler == "first_last_avg":
-        return masked_mean((hidden_states[1] + last) / 2.0, attention_mask)
-    raise ConfigError(f"model.pooler: {pooler!r} is not one of {list(POOLERS)}")
+    spec = POOLERS.get(pooler)
+    if spec is None:
+        raise ConfigError(f"model.pooler: {pooler!r} is not one of {list(POOLERS)}")
+    hidden = hidden_states[spec.layers[0]]
+    if len(spec.layers) > 1:
+        hidden = sum((hidden_states[i] for i in spec.layers[1:]), hidden) / float(len(spec.layers))
+    if not spec.dense:
+        return spec.vector(hidden, attention_mask)
+    if pooler_layer is None:
+        raise ConfigError(f"model.pooler: {pooler!r} needs a backbone with a pooler layer")
+    return pooler_layer(hidden)
 
 
 class Encoder(torch.nn.Module):
@@ -373,7 +401,8 @@ class Encoder(torch.nn.Module):
         self.backbone.save_pretrained(folder)
         self.tokenizer.save_pretrained(folder)
         (folder / POOLER_FILE).write_text(json.dumps({"pooler": self.pooler}) + "\n")
-        if self.pooler not in ST_POOLING:
+        st_mode = POOLERS[self.pooler].st_mode
+        if st_mode is None:
             return
         modules = [
             {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
@@ -389,7 +418,8 @@ class Encoder(torch.nn.Module):
             json.dumps({"max_seq_length": self.max_length, "do_lower_case": False}) + "\n"
         )
         pooling = {"word_embedding_dimension": self.backbone.config.hidden_size}
-        pooling |= {mode: mode == ST_POOLING[self.pooler] for mode in ST_POOLING.values()}
+        modes = [spec.st_mode for spec in POOLERS.values() if spec.st_mode is not None]
+        pooling |= {mode: mode == st_mode for mode in modes}
         (folder / "1_Pooling").mkdir(exist_ok=True)
         (folder / "1_Pooling" / "config.json").write_text(json.dumps(pooling, indent=1) + "\n")
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from numpy.typing import ArrayLike
 from sklearn.feature_extraction.text import HashingVectorizer
 from sklearn.metrics import average_precision_score
 
@@ -18,14 +19,46 @@ from sentemb.evaluation.retrieval import (
     RetrievalConfig,
     RetrievalEvaluator,
     askubuntu_task,
-    average_precision,
     qqp_task,
     ranking_metrics,
-    reciprocal_rank,
     score_retrieval,
 )
 
 # --- metric maths ---------------------------------------------------------------------------
+
+
+def _check_ranking(scores: ArrayLike, relevant: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    scores, relevant = np.asarray(scores, dtype=np.float64), np.asarray(relevant, dtype=bool)
+    if scores.ndim != 1 or scores.shape != relevant.shape:
+        raise ValueError(f"scores {scores.shape} and relevant {relevant.shape} must be equal 1-D")
+    if not relevant.any():
+        raise ValueError("the ranking has no relevant item")
+    return scores, relevant
+
+
+def average_precision(scores: ArrayLike, relevant: ArrayLike) -> float:
+    """Reference for `ranking_metrics`: average precision of one ranking by `scores` (higher
+    first) against the boolean `relevant`.
+
+    Without ties it is the mean over relevant items of i / rank_i (i-th relevant item at rank_i):
+    relevant at ranks 1 and 3 give (1/1 + 2/3) / 2. Tied scores share one cut-off, as in
+    scikit-learn's `average_precision_score`, so the order of ties never matters.
+    """
+    scores, relevant = _check_ranking(scores, relevant)
+    positive = scores[relevant]
+    at_or_above = np.count_nonzero(scores[None, :] >= positive[:, None], axis=1)
+    positives_at_or_above = np.count_nonzero(positive[None, :] >= positive[:, None], axis=1)
+    return float(np.mean(positives_at_or_above / at_or_above))
+
+
+def reciprocal_rank(scores: ArrayLike, relevant: ArrayLike, k: int = 10) -> float:
+    """Reference for `ranking_metrics`: 1 / rank of the first relevant item if that rank is
+    <= k, else 0 (MRR@k for one query). Items tied with the best relevant item rank before it.
+    """
+    scores, relevant = _check_ranking(scores, relevant)
+    best = scores[relevant].max()
+    rank = np.count_nonzero(scores >= best) - np.count_nonzero(scores[relevant] == best) + 1
+    return 1.0 / rank if rank <= k else 0.0
 
 
 def test_average_precision_by_hand() -> None:
@@ -268,8 +301,6 @@ def test_evaluator_on_synthetic_qqp_and_askubuntu(tmp_path: Path, sparse: bool) 
     assert results["avg"] == pytest.approx((expected + 75.0) / 2)
     assert set(results) == {"QQP/map", "QQP/mrr@10", "AskUbuntu/map", "AskUbuntu/mrr@10", "avg"}
     assert set(evaluator.skipped) == {"LCQMC", "BQ", "MRPC"}
-    assert evaluator.counts["QQP"] == {"queries": 3, "corpus": 3}
-    assert evaluator.counts["AskUbuntu"] == {"queries": 2, "candidates": 6}
 
 
 def test_evaluator_with_nothing_present_reports_skips(tmp_path: Path) -> None:
@@ -312,5 +343,3 @@ def test_offline_qqp_protocol_on_the_mirror(mirror: Path) -> None:
     # the Chinese encoder encodes exactly the Chinese sets, the English one MRPC
     assert any("\u4e00" <= ch <= "\u9fff" for ch in chinese.seen[0])
     assert not any("\u4e00" <= ch <= "\u9fff" for text in english.seen for ch in text)
-    assert evaluator.counts["QQP-protocol/MRPC"]["queries"] > 500
-    assert evaluator.counts["QQP-protocol/LCQMC"]["corpus"] > 5000

@@ -48,8 +48,6 @@ class SentenceEncoder(Protocol):
 class Evaluator(ABC):
     """One benchmark suite: reads its data under `root`, scores an encoder."""
 
-    primary_metric: str = "avg"
-
     def __init__(self, root: Path, batch_size: int = 128) -> None:
         self.root, self.batch_size = Path(root), batch_size
         self.skipped: dict[str, str] = {}

@@ -41,7 +41,6 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-from numpy.typing import ArrayLike
 from sklearn.preprocessing import normalize
 
 from sentemb.data.readers import (
@@ -113,49 +112,16 @@ class RetrievalConfig:
 # --- metric maths --------------------------------------------------------------------------
 
 
-def _check_ranking(scores: ArrayLike, relevant: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
-    scores, relevant = np.asarray(scores, dtype=np.float64), np.asarray(relevant, dtype=bool)
-    if scores.ndim != 1 or scores.shape != relevant.shape:
-        raise ValueError(f"scores {scores.shape} and relevant {relevant.shape} must be equal 1-D")
-    if not relevant.any():
-        raise ValueError("the ranking has no relevant item")
-    return scores, relevant
-
-
-def average_precision(scores: ArrayLike, relevant: ArrayLike) -> float:
-    """Average precision of ranking by `scores` (higher first) against the boolean `relevant`.
-
-    Without ties it is the mean over relevant items of i / rank_i (i-th relevant item at rank_i):
-    relevant at ranks 1 and 3 give (1/1 + 2/3) / 2. Tied scores share one cut-off, as in
-    scikit-learn's `average_precision_score`, so the order of ties never matters.
-    """
-    scores, relevant = _check_ranking(scores, relevant)
-    positive = scores[relevant]
-    at_or_above = np.count_nonzero(scores[None, :] >= positive[:, None], axis=1)
-    positives_at_or_above = np.count_nonzero(positive[None, :] >= positive[:, None], axis=1)
-    return float(np.mean(positives_at_or_above / at_or_above))
-
-
-def reciprocal_rank(scores: ArrayLike, relevant: ArrayLike, k: int = 10) -> float:
-    """1 / rank of the first relevant item if that rank is <= k, else 0 (MRR@k for one query).
-
-    Items tied with the best relevant item are ranked before it (a pessimistic rank).
-    """
-    scores, relevant = _check_ranking(scores, relevant)
-    best = scores[relevant].max()
-    rank = np.count_nonzero(scores >= best) - np.count_nonzero(scores[relevant] == best) + 1
-    return 1.0 / rank if rank <= k else 0.0
-
-
 def ranking_metrics(
     sim: np.ndarray, rows: np.ndarray, cols: np.ndarray, k: int = 10
 ) -> tuple[np.ndarray, np.ndarray]:
     """Average precision and reciprocal rank @k of every row of `sim`, vectorised.
 
     `(rows[i], cols[i])` are the distinct relevant cells; every row needs at least one. Entries of
-    -inf are never ranked (padding, or a query's own text). Row by row this equals
-    `average_precision` and `reciprocal_rank`: a positive's rank is found by counting the items
-    scoring at or above it, not by sorting the row.
+    -inf are never ranked (padding, or a query's own text). A positive's rank is found by
+    counting the items scoring at or above it, not by sorting the row, so tied scores share one
+    cut-off: average precision is scikit-learn's `average_precision_score`, and items tied with
+    a row's best positive rank before it (a pessimistic reciprocal rank).
     """
     rows, cols = np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
     n = sim.shape[0]
@@ -334,24 +300,21 @@ def score_reranking(
 
 
 class RetrievalEvaluator(Evaluator):
-    """QQP retrieval, AskUbuntu reranking and the QQP protocol on the offline duplicate-pair sets.
-
-    `counts` records, per reported set, how many queries were scored against how many texts.
-    """
+    """QQP retrieval, AskUbuntu reranking, and the QQP protocol on the offline duplicate-pair
+    sets."""
 
     def __init__(
         self, root: Path, batch_size: int = 128, config: RetrievalConfig | None = None
     ) -> None:
         super().__init__(root, batch_size)
         self.config = config or RetrievalConfig()
-        self.counts: dict[str, dict[str, int]] = {}
 
     def __call__(
         self, encoder: SentenceEncoder, chinese_encoder: SentenceEncoder | None = None
     ) -> dict[str, float]:
         """Scores x 100; `chinese_encoder` (default: `encoder`) encodes the Chinese sets."""
         cfg, results = self.config, {}
-        self.skipped, self.counts = {}, {}
+        self.skipped = {}
         if self.available("QQP"):
             task = qqp_task(read_qqp(self.root, cfg.qqp_splits), cfg.exclude_query)
             self._retrieval("QQP", task, encoder, results)
@@ -361,10 +324,6 @@ class RetrievalEvaluator(Evaluator):
                 started = time.perf_counter()
                 scores = score_reranking(task, encoder, self.batch_size, cfg.mrr_k)
                 self._record("AskUbuntu", scores, results, started)
-                self.counts["AskUbuntu"] = {
-                    "queries": len(task),
-                    "candidates": sum(len(c) for c in task.candidates),
-                }
         for name in cfg.offline_sets:
             if not self.available(name):
                 continue
@@ -401,7 +360,6 @@ class RetrievalEvaluator(Evaluator):
             task, encoder, self.batch_size, cfg.mrr_k, cfg.query_chunk, cfg.chunk_cells
         )
         self._record(name, scores, results, started)
-        self.counts[name] = {"queries": len(task), "corpus": len(task.corpus)}
 
     def _record(
         self, name: str, scores: tuple[float, float], results: dict[str, float], started: float

@@ -6,24 +6,171 @@ a frozen complementary model zeroes the in-batch negatives it finds too similar 
 eq. 5), and the debiased InfoNCE of eq. 6 is the result. The complementary model is the initial
 encoder by default (with the pooling its folder names, e.g. mean for MiniLM), or the model at
 `complementary_model`.
+
+Ambiguities resolved (and how)
+------------------------------
+1. DCLR eq. 2 has only the noise in its denominator, so its numerator ``sim(h_i, h_i^+)`` is a
+   constant for the noise and the gradient of eq. 4 is that of ``Σ_i log Σ_j e^{sim(h_i,ĥ_j)/τ_u}``;
+   "maximizing the non-uniformity loss" means ascent (``+β g/‖g‖``, eq. 3), the gradient is
+   normalised per noise vector, it is taken w.r.t. the noise only (anchors detached), and the
+   projection Π, which the paper never defines, is the identity unless ``max_norm`` asks for the
+   L2 ball. The returned noise is detached: the encoder loss may push the anchors away from it,
+   but no gradient flows into it.
+2. DCLR eq. 5 weights "a negative representation h^- from {h̃^-} or {ĥ^-}", but a noise vector has no
+   text for the complementary model to encode: noise negatives get weight 1 unless the caller
+   passes ``noise_weights``. The positive is always kept (its complementary similarity with the
+   original sentence is ≈1 ≥ φ and would otherwise be zeroed); a negative is dropped when
+   ``sim_C ≥ φ`` (φ = 0.9), kept when ``< φ``.
+3. DCLR "k is the ratio of the noise-based negatives to the batch size" and "we generate
+   1 × batch_size noise-based negatives as the common negatives of all instance in it": one shared
+   ``[round(ratio × B), d]`` set for the whole batch.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
+from torch import Tensor
 
 from sentemb.encoder import Encoder, saved_pooler
 from sentemb.methods.base import Method, Objective, TrainState, Views, register_method
 from sentemb.methods.functional import (
-    complementary_weights,
+    NORM_EPS,
+    Reduction,
+    check_pairs,
+    check_temperature,
     cosine_matrix,
     gather_with_grad,
-    noise_negatives,
-    non_uniformity_ascent,
+    in_fp32,
+    normalize,
+    reduce_losses,
 )
+
+
+def noise_negatives(
+    batch_size: int,
+    dim: int,
+    ratio: float = 1.0,
+    sigma: float = 1.0,
+    *,
+    generator: torch.Generator | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+) -> Tensor:
+    """DCLR eq. 1: ``{ĥ_1, ..., ĥ_k} ~ N(0, σ²)``, ``[k, dim]`` with ``k = round(ratio × B)``.
+
+    Shared by every sentence of the batch ("1 × batch_size noise-based negatives as the common
+    negatives of all instance"); σ = 1 in the paper. ``device`` defaults to the generator's.
+    """
+    if batch_size < 0 or dim <= 0 or ratio < 0 or sigma < 0:
+        raise ValueError(
+            f"need batch_size >= 0, dim > 0, ratio >= 0, sigma >= 0; got {batch_size}, {dim}, "
+            f"{ratio}, {sigma}"
+        )
+    count = math.floor(ratio * batch_size + 0.5)
+    if device is None and generator is not None:
+        device = generator.device
+    noise = torch.randn(count, dim, generator=generator, device=device, dtype=dtype)
+    return noise * sigma
+
+
+@in_fp32
+def non_uniformity_loss(
+    anchors: Tensor,
+    positives: Tensor,
+    noise: Tensor,
+    temperature: float,
+    reduction: Reduction = "mean",
+) -> Tensor:
+    """DCLR eq. 2: ``L_U = -log e^{sim(h_i,h_i^+)/τ_u} / Σ_{ĥ_j} e^{sim(h_i,ĥ_j)/τ_u}``.
+
+    As printed, the denominator holds the noise only (no positive, no in-batch negatives).
+    """
+    check_pairs(anchors, positives)
+    check_temperature(temperature)
+    if noise.dim() != 2 or noise.shape[0] == 0:
+        raise ValueError(f"noise must be a non-empty [k, d], got {tuple(noise.shape)}")
+    positive_logits = (normalize(anchors) * normalize(positives)).sum(dim=1) / temperature
+    noise_logits = cosine_matrix(anchors, noise) / temperature
+    return reduce_losses(torch.logsumexp(noise_logits, dim=1) - positive_logits, reduction)
+
+
+@in_fp32
+def non_uniformity_ascent(
+    noise: Tensor,
+    anchors: Tensor,
+    *,
+    steps: int,
+    step_size: float,
+    temperature: float,
+    max_norm: float | None = None,
+) -> Tensor:
+    """DCLR eq. 3-4: ``t`` steps of ``ĥ_j ← Π(ĥ_j + β g(ĥ_j)/‖g(ĥ_j)‖_2)``, ``g = ∇_{ĥ_j} L_U``.
+
+    Ascent (the noise moves to where ``L_U`` is larger, i.e. towards the anchors' directions).
+    The gradient is w.r.t. the noise only: anchors are detached, and the numerator of eq. 2 does
+    not depend on the noise, so ``g`` is the gradient of ``Σ_i log Σ_j e^{sim(h_i,ĥ_j)/τ_u}``
+    (module note 1; its scale is irrelevant after the per-vector normalisation). Π is the
+    identity, or the projection onto ``‖ĥ_j‖ ≤ max_norm``. The paper uses t = 4, β = 1e-3.
+    Returns the updated noise, detached (no gradient flows into it afterwards); runs under
+    `torch.enable_grad` so it also works inside `torch.no_grad`.
+    """
+    check_temperature(temperature)
+    if steps < 0:
+        raise ValueError(f"steps must be >= 0, got {steps}")
+    if noise.dim() != 2 or anchors.dim() != 2 or noise.shape[1] != anchors.shape[1]:
+        raise ValueError(
+            f"expected noise [k, d] and anchors [B, d], got {tuple(noise.shape)} and "
+            f"{tuple(anchors.shape)}"
+        )
+    fixed = anchors.detach()
+    current = noise.detach().clone()
+    if current.shape[0] == 0:
+        return current
+    with torch.enable_grad():
+        for _ in range(steps):
+            current.requires_grad_(True)
+            objective = torch.logsumexp(cosine_matrix(fixed, current) / temperature, dim=1).sum()
+            (grad,) = torch.autograd.grad(objective, current)
+            direction = grad / grad.norm(dim=1, keepdim=True).clamp_min(NORM_EPS)
+            current = current.detach() + step_size * direction
+            if max_norm is not None:
+                scale = (max_norm / current.norm(dim=1, keepdim=True).clamp_min(NORM_EPS)).clamp(
+                    max=1.0
+                )
+                current = current * scale
+    return current.detach()
+
+
+class ComplementaryWeights(NamedTuple):
+    """DCLR eq. 5 weights ``[B, B]`` (1 on the diagonal) and the share of negatives zeroed."""
+
+    weights: Tensor
+    zeroed_share: Tensor
+
+
+def complementary_weights(comp_sims: Tensor, phi: float) -> ComplementaryWeights:
+    """DCLR eq. 5: ``α_{h^-} = 0 if sim_C(h_i, h^-) ≥ φ else 1`` for the in-batch negatives.
+
+    ``comp_sims[i, j]`` is the frozen complementary model's (SimCSE's) cosine of sentences i and
+    j (e.g. ``cosine_matrix(c, c)`` of its embeddings ``c``); φ = 0.9 in the paper. The diagonal
+    (the positive) is always 1 (module note 2). ``zeroed_share`` (0-dim tensor) is the fraction of
+    the ``B(B-1)`` off-diagonal negatives that got weight 0, for logging.
+    """
+    if comp_sims.dim() != 2 or comp_sims.shape[0] != comp_sims.shape[1]:
+        raise ValueError(f"comp_sims must be [B, B], got {tuple(comp_sims.shape)}")
+    sims = comp_sims.detach()
+    batch = sims.shape[0]
+    eye = torch.eye(batch, dtype=torch.bool, device=sims.device)
+    dropped = (sims >= phi) & ~eye
+    weights = (~dropped).to(sims.dtype if sims.is_floating_point() else torch.float32)
+    pairs = batch * (batch - 1)
+    share = dropped.sum().to(weights.dtype) / pairs if pairs else weights.new_zeros(())
+    return ComplementaryWeights(weights, share)
 
 
 @dataclass

@@ -2,14 +2,31 @@
 
 Eq. 4 adds the pooled intermediate-layer vectors ``h_i^-`` as negatives of the last-layer anchor
 ``h_i``. `layers: [-2]` is SSCL (the penultimate layer); `[-2, -3]` stacks the last two below the
-top (Progressive SSCL, §5.2). `variant` picks the reading of eq. 4 (see `functional`):
+top (Progressive SSCL, §5.2). `variant` picks the reading of eq. 4 (note 1 below):
 ``self``: each sentence's own intermediate vector is its one extra negative; ``batch``: the
 intermediate vectors of both views of every sentence are negatives of every anchor, and with
 `average_with_simcse` that loss is averaged with the loss without them, as the authors' code does.
+
+Ambiguity resolved (and how)
+----------------------------
+1. SSCL eq. 4 literally reads ``Σ^N (e^{Ψ(h_i,h_j)/τ} + e^{Ψ(h_i,h_i^-)/τ})``, which counts the
+   sentence's own intermediate vector N times. Two readings are offered (`sscl_negatives`):
+   "self" -- each anchor's own intermediate vector(s) once each (``extra_weights=N`` would recover
+   the literal N-fold count); "batch" -- "SSCL enlarges the size of mini-batch negatives from N
+   pairs to 2N pairs" (App. B.2) and the authors' released code (`construct_negtives`): the pooled
+   intermediate-layer vectors of every sentence, both dropout views, of each of the last k layers,
+   are shared negatives, and that loss is averaged with the plain SimCSE loss
+   (``loss = (loss + r_loss) / 2``; the `sscl.average_with_simcse` param). The anchor is the
+   last-layer ``h_i`` ("we treat the last layer representation as the final sentence
+   representation"), the temperature is the same τ = 0.05 ("τ is set to 0.05"), the layers are the
+   M-th (best: 11 of 12) or, progressively, the last k stacked ("stacking 2 layers represents
+   utilizing 11-th and 10-th transformer layers"). The intermediate vectors are not detached
+   (neither the paper nor the code stops their gradient).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -18,7 +35,39 @@ from torch import Tensor
 
 from sentemb.encoder import Encoder
 from sentemb.methods.base import Method, Objective, TrainState, Views, register_method
-from sentemb.methods.functional import gather_with_grad, sscl_negatives
+from sentemb.methods.functional import gather_with_grad
+
+SSCLVariant = Literal["self", "batch"]
+
+
+def sscl_negatives(intermediate: Sequence[Tensor], variant: SSCLVariant) -> Tensor:
+    """Intermediate-layer negatives ``h_i^-`` of SSCL eq. 4, in the form `info_nce` takes.
+
+    Args:
+        intermediate: pooled intermediate-layer sentence vectors, each ``[B, d]`` with row i
+            belonging to sentence i: one layer (SSCL, best the 11th of 12), the last k layers
+            (Progressive SSCL, §5.2, best k = 2: layers 11 and 10), and for the released-code
+            reading both dropout views of each layer.
+        variant: ``"self"``: each sentence's own vectors are its only extra negatives ->
+            ``[B, m, d]`` (m = len(intermediate)), the literal ``Ψ(h_i, h_i^-)`` of eq. 4;
+            ``"batch"``: every sentence's vectors are shared negatives of every anchor ->
+            ``[m × B, d]``, as in the authors' code (App. B.2: "from N pairs to 2N pairs").
+
+    The tensors are not detached (module note 1), so the loss also pushes the intermediate
+    layers away from the final one.
+    """
+    layers = list(intermediate)
+    if not layers:
+        raise ValueError("intermediate must hold at least one [B, d] tensor")
+    shape = layers[0].shape
+    if len(shape) != 2 or any(t.shape != shape for t in layers):
+        shapes = [tuple(t.shape) for t in layers]
+        raise ValueError(f"every intermediate tensor must be the same [B, d], got {shapes}")
+    if variant == "self":
+        return torch.stack(layers, dim=1)
+    if variant == "batch":
+        return torch.cat(layers, dim=0)
+    raise ValueError(f"variant must be 'self' or 'batch', got {variant!r}")
 
 
 @dataclass

@@ -1,0 +1,88 @@
+"""Methods are found without a hand-kept list: every module of `sentemb.methods` is imported,
+and a new method file is a trainable method with no other edit."""
+
+from __future__ import annotations
+
+import os
+import pkgutil
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import sentemb
+from sentemb import methods
+from sentemb.config import METHOD_SECTIONS, SHARED_METHOD_MODULES
+from sentemb.methods import METHODS
+
+HERE = Path(__file__).resolve().parent
+
+# A DiffCSE-like part in one file: a config beside the class, its maths as a plain function.
+NEW_METHOD = '''
+"""A probe method: adds `weight` times the mean squared distance of the two views."""
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from sentemb.methods.base import Method, Objective, TrainState, Views, register_method
+
+
+@dataclass
+class ProbeConfig:
+    weight: float = 0.5
+
+    def validate(self) -> list[str]:
+        return []
+
+
+def view_distance(anchors: Tensor, positives: Tensor) -> Tensor:
+    return (anchors - positives).pow(2).sum(-1).mean()
+
+
+@register_method("probe", config=ProbeConfig)
+class Probe(Method):
+    def contribute(self, objective: Objective, views: Views, state: TrainState) -> None:
+        distance = view_distance(objective.anchors, objective.positives)
+        objective.terms["probe/distance"] = self.config.weight * distance
+'''
+
+
+def test_every_method_module_registers_its_method() -> None:
+    """Each module of the package but the shared ones holds exactly the class registered under
+    its file name, so the registry is the set of method files."""
+    modules = {m.name for m in pkgutil.iter_modules(methods.__path__)} - set(SHARED_METHOD_MODULES)
+    registered = {name: cls.__module__ for name, (cls, _) in METHODS.items()}
+    assert registered == {name: f"sentemb.methods.{name}" for name in modules}
+    assert set(METHOD_SECTIONS) == modules  # the params sections load_params accepts
+
+
+def test_a_new_method_file_is_found_and_trains(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """A copy of the library with one file dropped into `methods/`: `method: simcse+probe`
+    builds and takes a training step that logs the new term."""
+    library = tmp_path / "lib"
+    shutil.copytree(
+        Path(sentemb.__file__).parent,
+        library / "sentemb",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    (library / "sentemb" / "methods" / "probe.py").write_text(NEW_METHOD, encoding="utf-8")
+    code = (
+        "from pathlib import Path; from helpers import make_trainer\n"
+        "import sentemb.methods as m\n"
+        f"assert m.__file__.startswith({str(library)!r}), m.__file__\n"
+        f"trainer = make_trainer(Path({str(tiny_model_dir)!r}), 'simcse+probe',"
+        f" Path({str(tmp_path / 'ck')!r}))\n"
+        "logs = trainer.step(0)\n"
+        "print(sorted(m.METHODS), sorted(logs))\n"
+    )
+    path = os.pathsep.join([str(library), str(HERE.parent / "training")])
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": path},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "'probe'" in result.stdout and "'probe/distance'" in result.stdout, result.stdout
