@@ -17,13 +17,12 @@ from pathlib import Path
 
 from sentemb.cli import run_stage
 from sentemb.config import load_params, section
-from sentemb.data.download import DataConfig, DataUnavailable, Fetcher, cap_corpus
+from sentemb.data.download import MANIFEST, DataConfig, DataUnavailable, Fetcher, cap_corpus
 from sentemb.data.sources import DATASETS
 from sentemb.io import atomic_path, write_json
 from sentemb.tracking import mlflow_run
 
 log = logging.getLogger("download")
-MANIFEST = "MANIFEST.json"
 
 
 def present_before(out: Path) -> set[str]:

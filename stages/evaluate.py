@@ -26,7 +26,7 @@ import numpy as np
 
 from sentemb.cli import run_stage
 from sentemb.config import ConfigError, load_params, section
-from sentemb.encoder import ModelConfig
+from sentemb.encoder import ModelConfig, model_identity
 from sentemb.evaluation.base import SentenceEncoder, require_complete, require_finite, scoring
 from sentemb.evaluation.suites import (
     PAIR_SUITES,
@@ -41,7 +41,6 @@ from sentemb.refine import (
     ENGLISH,
     CachedEncoder,
     load_refinement,
-    model_identity,
     refinements,
 )
 from sentemb.tracking import flatten, mlflow_run

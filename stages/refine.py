@@ -26,7 +26,7 @@ import matplotlib.pyplot as plt
 from sentemb.cli import run_stage
 from sentemb.config import load_params, section
 from sentemb.data.readers import read_chinese, read_stsb, training_corpus
-from sentemb.encoder import ModelConfig
+from sentemb.encoder import ModelConfig, model_identity
 from sentemb.evaluation.base import require_complete, require_finite, scoring
 from sentemb.evaluation.chinese import ChineseConfig, ChineseEvaluator, dataset_name
 from sentemb.evaluation.retrieval import CHINESE_PAIR_SETS, RetrievalConfig
@@ -44,7 +44,6 @@ from sentemb.refine import (
     RefineConfig,
     eigenvalue_bounds,
     fit_scope,
-    model_identity,
     partial_mask,
     save_refinement,
     unique,

@@ -25,14 +25,13 @@ from sentemb.cli import run_stage
 from sentemb.config import ConfigError, load_params, run_plan, section
 from sentemb.data.readers import DataFormatError, training_corpus
 from sentemb.data.sources import DATASETS
-from sentemb.encoder import Encoder, ModelConfig
+from sentemb.encoder import Encoder, ModelConfig, model_identity
 from sentemb.evaluation.sts import STSEvaluator
 from sentemb.io import check_output, write_json
 from sentemb.methods import CombinedMethod
 from sentemb.methods.base import parse_spec
 from sentemb.methods.paser import PaSeRConfig
 from sentemb.plots import training_curves
-from sentemb.refine import model_identity
 from sentemb.tracking import mlflow_run
 from sentemb.training.checkpoint import files_hash, lines_hash, source_hash
 from sentemb.training.config import TrainConfig

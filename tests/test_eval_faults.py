@@ -18,7 +18,7 @@ from safetensors.torch import load_file, save_file
 from test_stages import last_error, run_stage, write_params
 
 from sentemb.data.sources import DATASETS
-from sentemb.encoder import Encoder
+from sentemb.encoder import Encoder, model_identity
 from sentemb.refine import (
     CHINESE,
     CHINESE_SCOPE,
@@ -28,7 +28,6 @@ from sentemb.refine import (
     RefineConfig,
     RepALConfig,
     Whitening,
-    model_identity,
     save_refinement,
 )
 

@@ -16,7 +16,7 @@ from safetensors.numpy import load_file, save_file
 
 from sentemb.config import ConfigError
 from sentemb.data.readers import PairSet
-from sentemb.encoder import Encoder
+from sentemb.encoder import Encoder, ModelIdentity, model_identity
 from sentemb.evaluation.base import SentenceEncoder
 from sentemb.refine import (
     CHINESE,
@@ -24,7 +24,6 @@ from sentemb.refine import (
     ENGLISH_SCOPE,
     TENSOR_FILE,
     Fitted,
-    ModelIdentity,
     PartialMask,
     PerSetEncoder,
     RefineConfig,
@@ -35,7 +34,6 @@ from sentemb.refine import (
     eigenvalue_bounds,
     fit_scope,
     load_refinement,
-    model_identity,
     refinements,
     save_refinement,
     search_lambdas,

@@ -28,7 +28,6 @@ weights, pooler, width) and is refused, naming both, around any other model.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -36,11 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from sentemb.config import ConfigError, UserError, from_dict
 from sentemb.data.readers import PairSet
-from sentemb.encoder import Encoder
+from sentemb.encoder import ModelIdentity
 from sentemb.evaluation.base import SentenceEncoder, check_vectors, rowwise_cosine, spearman
 from sentemb.evaluation.sts import cosine_scores
 from sentemb.io import atomic_path
@@ -64,38 +62,6 @@ CHINESE_SCOPE = f"{CHINESE}/"  # + the set's name: Chinese fits are per set
 
 class RefinementMismatch(UserError, ValueError):
     """A saved refinement does not belong to the model (or the sets) it is applied to."""
-
-
-@dataclass(frozen=True)
-class ModelIdentity:
-    """The encoder a refinement is fitted on: the model as named, a sha256 of its weights, its
-    pooler and the width of its vectors. Two encoders are the same when all but the name agree."""
-
-    model: str
-    sha256: str
-    pooler: str
-    dim: int
-
-    def same_vectors(self, other: ModelIdentity) -> bool:
-        return (self.sha256, self.pooler, self.dim) == (other.sha256, other.pooler, other.dim)
-
-    def __str__(self) -> str:
-        return (
-            f"{self.model} (weights sha256 {self.sha256[:12]}, pooler {self.pooler}, "
-            f"{self.dim}-dim vectors)"
-        )
-
-
-def model_identity(name: str, encoder: Encoder) -> ModelIdentity:
-    """`encoder`'s identity: the sha256 runs over every tensor of the backbone's state dict, by
-    name, shape, dtype and bytes, so it holds whatever file format or folder the weights came
-    from."""
-    digest = hashlib.sha256()
-    for key, tensor in sorted(encoder.backbone.state_dict().items()):
-        digest.update(f"{key}:{tuple(tensor.shape)}:{tensor.dtype}".encode())
-        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
-    width = encoder.backbone.config.hidden_size
-    return ModelIdentity(name, digest.hexdigest(), encoder.pooler, width)
 
 
 @dataclass

@@ -25,6 +25,7 @@ from sentemb.data.sources import Dataset, RemoteFile
 from sentemb.io import atomic_path
 
 log = logging.getLogger(__name__)
+MANIFEST = "MANIFEST.json"  # in the download stage's output: each dataset's files and sha256s
 
 
 @dataclass

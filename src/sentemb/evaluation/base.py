@@ -29,10 +29,9 @@ from scipy.stats import spearmanr
 from sklearn.preprocessing import normalize
 
 from sentemb.config import UserError
-from sentemb.data.download import DataUnavailable
+from sentemb.data.download import MANIFEST, DataUnavailable
 from sentemb.data.sources import DATASETS
 
-MANIFEST = "MANIFEST.json"
 Embeddings = np.ndarray | sp.spmatrix | sp.sparray
 
 
