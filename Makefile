@@ -19,11 +19,12 @@ pull: install
 	$(ENV) if [ -n "$$(dvc remote list)" ]; then dvc pull --allow-missing || \
 		echo "warning: dvc pull failed (see above); dvc repro computes what is missing" >&2; fi
 
+# `dvc repro` with a progress line per stage: stage k of N, elapsed, estimated time left.
 repro: pull
-	$(ENV) dvc repro
+	$(ENV) python -m sentemb.progress
 
 test: install
-	$(ENV) ruff check src stages tests benchmarks && pytest -q
+	$(ENV) ruff check src stages tests benchmarks && pytest -q -n auto --dist loadscope
 
 lint: install
 	$(ENV) ruff check src stages tests benchmarks

@@ -4,7 +4,7 @@
     python benchmarks/evaluation.py --rounds 1 --tasks STSBenchmark   # a quick check
 
 Ours: `STSEvaluator` over STS12-16, STS-B and SICK-R, or the `--tasks` given (one encode pass
-over the distinct sentences of all sets, length-sorted batches). Theirs: one
+over the distinct sentences of all sets, tokenized once and batched by token count). Theirs: one
 `EmbeddingSimilarityEvaluator` per set, as its users run it, each over the pooled pairs of that
 set (the "all" setting). Same model (`model.name_or_path` with its own pooling), batch size and
 autocast (`model.precision`); both read the pairs with the pipeline's readers inside the timed

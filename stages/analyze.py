@@ -5,9 +5,10 @@
 Without `--model` it analyses the model training starts from (`model.name_or_path`) with the
 pooler training evaluates (`train.eval_pooler`): the "before training" of SSCL Fig. 1 and 4.
 Writes `alignment` and `uniformity` (Wang & Isola; IS-CSE Fig. 3) and, per layer, `token_wise`
-(SSCL eq. 1; index 0 = the embedding layer) and `inter_layer` (eq. 2; entry i = layers i, i+1).
-A threshold that selects no positive pair, vectors that cannot be scored (non-finite, or the same
-for every sentence) and a NaN or infinite result are each one error, and nothing is written.
+(SSCL eq. 1; index 0 = the embedding layer) and `inter_layer` (eq. 2; entry i = layers i, i+1),
+and the stage's `seconds`. A threshold that selects no positive pair, vectors that cannot be
+scored (non-finite, or the same for every sentence) and a NaN or infinite result are each one
+error, and nothing is written.
 """
 
 from __future__ import annotations
@@ -16,13 +17,11 @@ import argparse
 import logging
 from pathlib import Path
 
-from sentemb.analysis import AnalysisConfig, alignment, over_smoothing, uniformity
+from sentemb.analysis import AnalysisConfig, analyze
 from sentemb.cli import run_stage
-from sentemb.config import ConfigError, load_params, section
-from sentemb.data.readers import read_stsb
-from sentemb.encoder import Encoder, ModelConfig
-from sentemb.evaluation.base import embed, require_finite, scoring
-from sentemb.io import check_output, write_json
+from sentemb.config import load_params, section
+from sentemb.encoder import ModelConfig
+from sentemb.io import check_output
 from sentemb.tracking import mlflow_run
 from sentemb.training.config import TrainConfig
 
@@ -44,36 +43,9 @@ def main() -> None:
         name, pooler = model.name_or_path, section(params, "train", TrainConfig).eval_pooler
     else:
         name, pooler = args.model, "auto"
-    pairs = read_stsb(args.data, "test")
-    positive = [i for i, score in enumerate(pairs.scores) if score > config.positive_threshold]
-    if not positive:
-        raise ConfigError(
-            f"analysis.positive_threshold: {config.positive_threshold} selects no STS-B test pair "
-            f"(positives score above it; the gold scores under {args.data} go up to "
-            f"{max(pairs.scores)}): choose a lower threshold"
-        )
     tracked = {"model": name, "pooler": pooler, "analysis": params.get("analysis", {})}
     with mlflow_run("analyze", tracked, run_name=f"analyze:{name}") as run:
-        encoder = Encoder.from_pretrained(
-            name, pooler, model.max_length, model.trust_remote_code, model.precision
-        )
-        with scoring(name):
-            vectors, row = embed(encoder, [*pairs.first, *pairs.second], model.batch_size)
-        first = vectors[[row[pairs.first[i]] for i in positive]]
-        second = vectors[[row[pairs.second[i]] for i in positive]]
-        result = {
-            "model": name,
-            "pooler": encoder.pooler,
-            "sentences": len(row),
-            "positive_pairs": len(positive),
-            "alignment": alignment(first, second),
-            "uniformity": uniformity(vectors, config.uniformity_t),
-            **over_smoothing(encoder, list(row), model.batch_size),
-        }
-        require_finite(f"{name}, analysis", result)
-        write_json(args.out, result)
-        run.log_metrics({"alignment": result["alignment"], "uniformity": result["uniformity"]})
-        run.log_artifact(args.out)
+        result = run.write_metrics(args.out, analyze(name, pooler, config, model, args.data))
     log.info("alignment %.3f, uniformity %.3f", result["alignment"], result["uniformity"])
 
 

@@ -5,7 +5,8 @@ Writes `data/raw/` (archive layout, plus `MANIFEST.json` and the capped training
 `data/checksums.recorded.json`. A dataset that is known to exist (the mirror holds it, an earlier
 download fetched it, or the earlier `data/raw` had it) but cannot be had now is an error, and
 `data/raw` is left as it was; one that only the network has and never had (QQP, AskUbuntu
-offline) is listed under `missing` with the reason, and evaluation skips it.
+offline) is listed under `missing` with the reason, and evaluation skips it. The stage's wall
+time (`seconds`) and counts go to MLflow and, with `--metrics`, to a metrics file.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from sentemb.cli import run_stage
 from sentemb.config import load_params, section
 from sentemb.data.download import MANIFEST, DataConfig, DataUnavailable, Fetcher, cap_corpus
 from sentemb.data.sources import DATASETS
-from sentemb.io import atomic_path, write_json
-from sentemb.tracking import mlflow_run
+from sentemb.io import atomic_path, check_output, write_json
+from sentemb.tracking import SECONDS, mlflow_run
 
 log = logging.getLogger("download")
 
@@ -38,7 +39,10 @@ def main() -> None:
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--out", default="data/raw", type=Path)
     parser.add_argument("--recorded", default="data/checksums.recorded.json")
+    parser.add_argument("--metrics", type=Path, help="counts and the stage's seconds (JSON)")
     args = parser.parse_args()
+    if args.metrics is not None:
+        check_output(args.metrics)
     params = load_params(args.params)
     config = section(params, "data", DataConfig)
     names = config.datasets or list(DATASETS)
@@ -50,37 +54,37 @@ def main() -> None:
     mirror = (Path(args.params).resolve().parent / config.mirror).resolve()
     manifest: dict = {"datasets": {}, "missing": {}}
     before = present_before(args.out)
-    with (
-        mlflow_run("download", {"data": params.get("data", {})}) as run,
-        atomic_path(args.out, folder=True) as root,
-    ):
-        fetcher = Fetcher(root, mirror, recorded, Path("data/cache"), config.timeout)
-        expected = {n for n in names if n in before or fetcher.exists(DATASETS[n])}
-        lost: dict[str, DataUnavailable] = {}
-        for name in names:
-            try:
-                manifest["datasets"][name] = fetcher.fetch(DATASETS[name])
-            except DataUnavailable as err:
-                log.warning("%s", err)
-                manifest["missing"][name] = err.reason
-                if name in expected:
-                    lost[name] = err
-        if lost:
-            raise unavailable(lost, mirror, args.out)
-        if "wiki1m" in manifest["datasets"]:
-            source = next(root / f for f in manifest["datasets"]["wiki1m"])
-            count = cap_corpus(source, root / "corpus" / "train.txt", config.corpus_size)
-            manifest["corpus"] = {"path": "corpus/train.txt", "sentences": count}
-        write_json(root / MANIFEST, manifest)
-        run.log_artifact(root / MANIFEST)
-        write_json(recorded_path, dict(sorted(recorded.items())))
-        run.log_metrics(
-            {
-                "datasets_present": len(manifest["datasets"]),
-                "datasets_missing": len(manifest["missing"]),
-                "corpus_sentences": manifest.get("corpus", {}).get("sentences", 0),
-            }
-        )
+    with mlflow_run("download", {"data": params.get("data", {})}) as run:
+        with atomic_path(args.out, folder=True) as root:
+            fetcher = Fetcher(root, mirror, recorded, Path("data/cache"), config.timeout)
+            expected = {n for n in names if n in before or fetcher.exists(DATASETS[n])}
+            lost: dict[str, DataUnavailable] = {}
+            for name in names:
+                try:
+                    manifest["datasets"][name] = fetcher.fetch(DATASETS[name])
+                except DataUnavailable as err:
+                    log.warning("%s", err)
+                    manifest["missing"][name] = err.reason
+                    if name in expected:
+                        lost[name] = err
+            if lost:
+                raise unavailable(lost, mirror, args.out)
+            if "wiki1m" in manifest["datasets"]:
+                source = next(root / f for f in manifest["datasets"]["wiki1m"])
+                count = cap_corpus(source, root / "corpus" / "train.txt", config.corpus_size)
+                manifest["corpus"] = {"path": "corpus/train.txt", "sentences": count}
+            write_json(root / MANIFEST, manifest)
+            run.log_artifact(root / MANIFEST)
+            write_json(recorded_path, dict(sorted(recorded.items())))
+        counts = {
+            "datasets_present": len(manifest["datasets"]),
+            "datasets_missing": len(manifest["missing"]),
+            "corpus_sentences": manifest.get("corpus", {}).get("sentences", 0),
+        }
+        if args.metrics is None:  # the wall time goes to MLflow only
+            run.log_metrics({**counts, SECONDS: run.seconds})
+        else:
+            run.write_metrics(args.metrics, counts)
     log.info(
         "%d datasets present, %d missing: %s",
         len(manifest["datasets"]),

@@ -2,22 +2,22 @@
 
 Reads the training corpus chosen by `train.corpus` (`wiki` or `sts`), streams it through every
 core and writes `data/phrases/rake.jsonl` and `data/phrases/keywords.jsonl` (line i = sentence i)
-plus `metrics/phrases.json` (counts; the throughput goes to MLflow and `benchmarks/`).
+plus `metrics/phrases.json` (counts and the stage's `seconds`; the throughput goes to MLflow
+and `benchmarks/`).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import time
 from pathlib import Path
 
 from sentemb.cli import run_stage
 from sentemb.config import load_params, section
 from sentemb.data.readers import training_corpus
-from sentemb.io import check_output, write_json
+from sentemb.io import check_output
 from sentemb.phrases import PhrasesConfig, extract
-from sentemb.tracking import mlflow_run
+from sentemb.tracking import SECONDS, mlflow_run
 from sentemb.training.config import TrainConfig
 
 log = logging.getLogger("phrases")
@@ -38,12 +38,12 @@ def main() -> None:
     total = sum(1 for _ in training_corpus(args.data, corpus_name))
     run_params = {"phrases": params.get("phrases", {}), "corpus": corpus_name}
     with mlflow_run("phrases", run_params) as run:
-        started = time.perf_counter()
         stats = extract(lambda: training_corpus(args.data, corpus_name), total, config, args.out)
-        seconds = time.perf_counter() - started
-        write_json(args.metrics, {"corpus": corpus_name, **stats})
-        run.log_metrics({**stats, "seconds": seconds, "sentences_per_second": total / seconds})
-    log.info("%d sentences in %.0f s, %d with phrases", total, seconds, stats["with_phrases"])
+        written = run.write_metrics(args.metrics, {"corpus": corpus_name, **stats})
+        run.log_metrics({"sentences_per_second": total / max(written[SECONDS], 0.1)})
+    log.info(
+        "%d sentences in %.0f s, %d with phrases", total, written[SECONDS], stats["with_phrases"]
+    )
 
 
 if __name__ == "__main__":

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from scipy.stats import bootstrap, spearmanr, ttest_rel
 
-from sentemb.compare import (
+from sentemb.config import ConfigError, load_params, run_plan, section
+from sentemb.evaluation.suites import SUITES
+from sentemb.report.compare import REFERENCE, Folders, Runs, aggregate, compare, load
+from sentemb.report.stats import (
     CompareConfig,
     PairTask,
     bootstrap_scores,
@@ -20,7 +25,8 @@ from sentemb.compare import (
     seed_test,
     spearman_rows,
 )
-from sentemb.config import ConfigError, run_plan, section
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def one_task(predicted: dict[str, list[np.ndarray]], gold: np.ndarray) -> dict[str, PairTask]:
@@ -170,3 +176,99 @@ def test_run_plan_and_config_errors_name_the_param() -> None:
             section({"compare": {"noise": noise}}, "compare", CompareConfig)
     with pytest.raises(ConfigError, match=r"compare\.noise: expected float"):
         section({"compare": {"noise": "small"}}, "compare", CompareConfig)
+
+
+def fake_runs(methods: list[str], seeds: list[int]) -> Runs:
+    """Runs in memory: two STS tasks (STS12 of two subsets, STS-B) and one Chinese set, scores
+    computed from synthetic predictions, each method noisier than the one before it."""
+    params = load_params(REPO / "params.yaml")
+    params.update(methods=methods, seeds=seeds)
+    params["compare"]["resamples"] = 50
+    sets = {"sts": {"STS12/a": 30, "STS12/b": 20, "STSBenchmark": 40}, "chinese": {"ATEC": 30}}
+    rng = np.random.default_rng(0)
+    files: dict[str, list[dict]] = {m: [] for m in methods}
+    predictions: dict[str, dict[str, list[dict]]] = {s: {m: [] for m in methods} for s in sets}
+    for noise, method in enumerate(methods, start=1):
+        for _ in seeds:
+            run: dict = {s: {"avg": 50.0} for s in SUITES}
+            for suite, sizes in sets.items():
+                arrays = {}
+                for name, size in sizes.items():
+                    arrays[f"{name}/gold"] = np.random.default_rng(size).uniform(0, 5, size)
+                    arrays[f"{name}/predicted"] = arrays[f"{name}/gold"] / 5 + rng.normal(
+                        0, noise / 10, size
+                    )
+                predictions[suite][method].append(arrays)
+                tasks = pair_tasks({method: [arrays]})
+                run[suite] = {
+                    t: 100 * spearmanr(task.predicted[method][0], task.gold).statistic
+                    for t, task in tasks.items()
+                }
+                run[suite]["avg"] = float(np.mean(list(run[suite].values())))
+            run["sts"]["repal"] = {"avg": run["sts"]["avg"] + 1}
+            run["train"] = {"sentences": 100}
+            run["analysis"] = {
+                "alignment": 0.1 * noise,
+                "uniformity": -2.0 - noise,
+                "inter_layer": [0.9, 0.8],
+                "token_wise": [0.1, 0.2, 0.3],
+            }
+            files[method].append(run)
+    curves = {
+        m: {"loss": [{"step": 1, "loss": 1.0}], "dev": [{"step": 1, "dev": 80.0}]} for m in methods
+    }
+    singles = {REFERENCE: {s: {"avg": 40.0} for s in SUITES}}
+    before = {"alignment": 0.05, "uniformity": -1.5, "inter_layer": [1, 1], "token_wise": [0, 0, 0]}
+    return Runs(params, files, predictions, curves, singles, before)
+
+
+def test_compare_aggregates_tests_and_plots_in_memory(tmp_path: Path) -> None:
+    runs = fake_runs(["simcse", "sscl"], [1, 2])
+    comparison = compare(runs, tmp_path)
+    result = comparison.result
+    assert result["baseline"] == "simcse" and result["seeds"] == [1, 2]
+    assert set(result["methods"]["sscl"]) == {
+        "sts",
+        "sts/repal",
+        "transfer",
+        "chinese",
+        "retrieval",
+    }
+    assert result["methods"]["sscl"]["sts"]["avg"]["n"] == 2
+    sts = result["paired"]["sscl"]["sts"]
+    assert set(sts) == {"STS12", "STSBenchmark", "avg"}
+    assert sts["avg"]["high"] < 0 and sts["avg"]["significant"]  # noisier, clearly worse
+    assert "| sscl + RepAL |" in comparison.text and "## Against simcse" in comparison.text
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "alignment_uniformity.json",
+        "alignment_uniformity.png",
+        "cosine_density.png",
+        "layers.png",
+        "training.png",
+    ]
+
+
+def test_aggregate_keeps_a_refinement_only_where_every_seed_has_it() -> None:
+    with_repal = {s: {"avg": 1.0} for s in SUITES} | {"sts": {"avg": 1.0, "repal": {"avg": 2.0}}}
+    without = {s: {"avg": 3.0} for s in SUITES}
+    assert "sts/repal" in aggregate([with_repal, with_repal])
+    aggregated = aggregate([with_repal, without])
+    assert "sts/repal" not in aggregated
+    assert aggregated["sts"]["avg"] == {"mean": 2.0, "std": np.std([1.0, 3.0], ddof=1), "n": 2}
+
+
+def test_load_names_the_first_missing_file(tmp_path: Path) -> None:
+    params = {"methods": ["simcse"], "seeds": [1]}
+    folders = Folders(*(tmp_path / name for name in ("runs", "p", "c", "ref", "tfidf")))
+    with pytest.raises(ConfigError, match=r"runs/simcse-1/sts\.json: not found; `dvc repro`"):
+        load(params, folders)
+    for folder, names in (
+        (folders.runs / "simcse-1", [*SUITES, "train", "analysis"]),
+        (folders.reference, SUITES),
+        (folders.tfidf, SUITES),
+    ):
+        folder.mkdir(parents=True)
+        for name in names:
+            (folder / f"{name}.json").write_text("{}")
+    with pytest.raises(ConfigError, match=r"p/simcse-1/sts\.npz: not found; `dvc repro`"):
+        load(params, folders)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import run_stage
 
 from sentemb.config import (
     EVAL_SUITES,
@@ -72,14 +73,13 @@ def test_known_sections_are_those_of_params_yaml_and_the_method_registry() -> No
     """`config.SECTIONS` is the one list of top-level keys: params.yaml has exactly these, and
     every registered training method has its section; `EVAL_SUITES` are the sections under
     `eval`, the suites the evaluate stage and the refinements know."""
-    from sentemb import refine
     from sentemb.evaluation import suites
     from sentemb.methods import METHODS
 
     params = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
     assert sorted(params) == sorted(SECTIONS)
     assert set(METHODS) == set(METHOD_SECTIONS)  # one section per method file, none else
-    assert list(params["eval"]) == list(EVAL_SUITES) == list(suites.SUITES) == list(refine.SUITES)
+    assert list(params["eval"]) == list(EVAL_SUITES) == list(suites.SUITES)
 
 
 def test_config_module_stays_light() -> None:
@@ -123,7 +123,7 @@ STAGE_ARGS = {
     "analyze.py": ["--out", "analysis.json"],
     "compare.py": [],
     "download.py": [],
-    "evaluate.py": ["--suite", "sts", "--out", "sts.json"],
+    "evaluate.py": ["--suites", "sts", "--out-dir", "."],
     "phrases.py": [],
     "refine.py": ["--out", "refined", "--metrics", "refine.json", "--plots", "plots"],
     "train.py": [
@@ -140,20 +140,13 @@ def test_every_stage_reads_params_with_load_params() -> None:
         assert "load_params(args.params)" in (REPO / "stages" / name).read_text(encoding="utf-8")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("stage", sorted(STAGE_ARGS))
 def test_stage_refuses_a_misspelled_section(stage: str, tmp_path: Path) -> None:
     """`simsce:` instead of `simcse:`: one error line, exit 1, nothing written."""
     params = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
     params["simsce"] = params.pop("simcse")
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
-    done = subprocess.run(
-        [sys.executable, str(REPO / "stages" / stage), *STAGE_ARGS[stage]],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_stage(stage, STAGE_ARGS[stage], tmp_path)
     assert done.returncode == 1, done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     error = done.stderr.strip().splitlines()[-1]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -57,13 +59,69 @@ def test_cls_uses_pooler_layer_and_unknown_pooler_fails() -> None:
         pool("max", HIDDEN, MASK)
 
 
-def test_encode_keeps_order_and_deduplicates(tiny_encoder: Encoder) -> None:
+def test_encode_keeps_order(tiny_encoder: Encoder) -> None:
+    tiny_encoder.precision = "fp32"
     sentences = ["a short one", "a much longer sentence than the others", "a short one", "mid"]
     vectors = tiny_encoder.encode(sentences, batch_size=2, show_progress=False)
     assert vectors.shape == (4, 32) and vectors.dtype == np.float32
-    np.testing.assert_array_equal(vectors[0], vectors[2])
-    single = tiny_encoder.encode(["mid"], show_progress=False)
-    np.testing.assert_allclose(vectors[3], single[0], atol=1e-5)
+    alone = np.stack([tiny_encoder.encode([s], show_progress=False)[0] for s in sentences])
+    np.testing.assert_allclose(vectors, alone, atol=1e-5)
+    assert tiny_encoder.encode([], show_progress=False).shape == (0, 32)
+
+
+def test_encode_tokenizes_once_and_batches_by_token_count(
+    tiny_encoder: Encoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batches run longest first by tokens (not characters), each padded to its own longest,
+    exactly as `tokenize` pads them."""
+    sentences = ["tokenization", "a b c d e", "mid one", "x", "one two three", "a b c d e f g"]
+    ids = tiny_encoder.tokenizer(sentences)["input_ids"]
+    assert len(ids[0]) < len(ids[1])  # longer in characters, shorter in tokens
+    padded = tiny_encoder.pad(ids)
+    reference = tiny_encoder.tokenize(sentences)
+    for key in ("input_ids", "attention_mask"):
+        assert torch.equal(padded[key], reference[key])
+    widths: list[list[int]] = []
+    pad = tiny_encoder.pad
+    monkeypatch.setattr(
+        tiny_encoder, "pad", lambda rows: widths.append(list(map(len, rows))) or pad(rows)
+    )
+    tiny_encoder.encode(sentences, batch_size=4, show_progress=False)
+    assert widths == [
+        sorted(map(len, ids), reverse=True)[:4],
+        sorted(map(len, ids), reverse=True)[4:],
+    ]
+
+
+def test_progress_bar_only_on_a_terminal(
+    tiny_encoder: Encoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A log file gets no bar (issue 17); a terminal gets one, unless `show_progress` is off."""
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    for stderr, show, drawn in [
+        (io.StringIO(), True, False),
+        (Terminal(), True, True),
+        (Terminal(), False, False),
+    ]:
+        monkeypatch.setattr(sys, "stderr", stderr)
+        tiny_encoder.encode(["a sentence", "another"], show_progress=show)
+        assert ("encode" in stderr.getvalue()) is drawn
+
+
+def test_no_transformers_bar_in_a_log_file(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.enable_progress_bar()
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    Encoder.from_pretrained(str(tiny_model_dir))
+    assert "Loading weights" not in sys.stderr.getvalue()
+    assert not transformers_logging.is_progress_bar_enabled()
 
 
 def test_default_model_resolves_to_installed_package() -> None:

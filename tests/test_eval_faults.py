@@ -19,19 +19,19 @@ from test_stages import last_error, run_stage, write_params
 
 from sentemb.data.sources import DATASETS
 from sentemb.encoder import Encoder, model_identity
-from sentemb.refine import (
+from sentemb.evaluation.suites import SUITES
+from sentemb.postprocess import (
     CHINESE,
     CHINESE_SCOPE,
     ENGLISH,
     ENGLISH_SCOPE,
     Fitted,
     RefineConfig,
-    RepALConfig,
-    Whitening,
     save_refinement,
 )
+from sentemb.postprocess.repal import RepALConfig, RepALFit
+from sentemb.postprocess.whitening import Whitening
 
-SUITES = ("sts", "transfer", "chinese", "retrieval")
 SMALL_SUITES = {  # one small real task per suite
     "sts": {"tasks": ["STSBenchmark"]},
     "transfer": {"tasks": ["TREC"], "kfold": 2, "inner_kfold": 2},
@@ -126,7 +126,8 @@ def evaluate(
     suites = {suite: SMALL_SUITES[suite]} | sections.pop("eval", {})
     params = write_params(work, data, model={"batch_size": 256}, eval=suites, **sections)
     out = work / "out" / f"{suite}.json"
-    args = ["--suite", suite, "--model", str(model), "--out", str(out), "--data", str(data)]
+    args = ["--suites", suite, "--model", str(model), "--out-dir", str(out.parent)]
+    args += ["--data", str(data)]
     result = run_stage("evaluate.py", [*args, "--params", str(params), *extra], work, env)
     return (last_error(result) if error else result), out
 
@@ -134,15 +135,15 @@ def evaluate(
 # --- 1. vectors that cannot be scored, scores that are not numbers ----------------------------
 
 
-@pytest.mark.parametrize("suite", SUITES)
+@pytest.mark.parametrize("suite", list(SUITES))
 @pytest.mark.parametrize("fault", ["nan", "constant"])
 def test_model_without_usable_vectors_is_one_error_in_every_suite(
     tmp_path: Path, data_root: Path, models: dict[str, Path], stage_env, suite: str, fault: str
 ) -> None:
-    extra = ["--predictions", str(tmp_path / "p.npz")] if suite in ("sts", "chinese") else []
+    extra = ["--predictions-dir", str(tmp_path / "p")] if suite in ("sts", "chinese") else []
     error, out = evaluate(tmp_path, data_root, models[fault], suite, stage_env, *extra)
     assert error.startswith(f"error: {models[fault]}: the encoder gave {FAULTY[fault][1]}")
-    assert not out.parent.exists() and not (tmp_path / "p.npz").exists()
+    assert not out.parent.exists() and not (tmp_path / "p").exists()
 
 
 def test_infinite_vectors_are_one_error(
@@ -191,11 +192,11 @@ def fitted_refinement(folder: Path, model: Path, fit: Fitted, methods: list[str]
         (
             "sts",
             "whitening",
-            Fitted(whitening=Whitening(np.zeros((32, 32)), np.zeros(32))),
+            {"whitening": Whitening(np.zeros((32, 32)), np.zeros(32))},
             "the same vector for all",
         ),
-        ("chinese", "repal", Fitted(lambda2=1.0, mean=np.full(32, np.nan)), "non-finite vectors"),
-        ("retrieval", "repal", Fitted(lambda2=1.0, mean=np.full(32, np.inf)), "non-finite"),
+        ("chinese", "repal", {"repal": RepALFit(0, 1, np.full(32, np.nan))}, "non-finite vectors"),
+        ("retrieval", "repal", {"repal": RepALFit(0, 1, np.full(32, np.inf))}, "non-finite"),
     ],
     ids=["sts-whitening", "chinese-repal", "retrieval-repal"],
 )
@@ -229,7 +230,7 @@ def test_refinement_of_another_model_is_one_error_naming_both(
     other: str,
     shown: str,
 ) -> None:
-    fit = Fitted(lambda2=1.0, mean=np.zeros(32, dtype=np.float32))
+    fit = {"repal": RepALFit(0.0, 1.0, np.zeros(32, dtype=np.float32))}
     refined = fitted_refinement(tmp_path / "refined", tiny_model_dir, fit, ["repal"])
     args = ("--refined", str(refined))
     error, out = evaluate(tmp_path, data_root, models[other], "sts", stage_env, *args)
@@ -243,7 +244,7 @@ def test_refinement_of_another_model_is_one_error_naming_both(
 def test_refinement_follows_the_weights_not_the_path(
     tmp_path: Path, data_root: Path, tiny_model_dir: Path, stage_env
 ) -> None:
-    fit = Fitted(lambda2=1.0, mean=np.zeros(32, dtype=np.float32))
+    fit = {"repal": RepALFit(0.0, 1.0, np.zeros(32, dtype=np.float32))}
     refined = fitted_refinement(tmp_path / "refined", tiny_model_dir, fit, ["repal"])
     copy = shutil.copytree(tiny_model_dir, tmp_path / "copy")
     args = ("--refined", str(refined))
@@ -291,7 +292,7 @@ def test_tfidf_with_a_refinement_is_one_error(
 # --- 2. absent datasets -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("suite", SUITES)
+@pytest.mark.parametrize("suite", list(SUITES))
 def test_every_task_absent_is_one_error(tmp_path: Path, stage_env, suite: str) -> None:
     """`download` with a wrong mirror and no network on a fresh clone: a manifest, no data."""
     data = tmp_path / "raw"
@@ -302,6 +303,21 @@ def test_every_task_absent_is_one_error(tmp_path: Path, stage_env, suite: str) -
     assert error.startswith(f"error: {suite}: no task could be scored under {data}: ")
     assert "not in the mirror and no network" in error
     assert not out.parent.exists()
+
+
+def test_a_failing_suite_leaves_no_file_of_the_suites_scored_before_it(
+    tmp_path: Path, data_root: Path, stage_env
+) -> None:
+    """Every suite in one process: sts, transfer and chinese score, then retrieval has no task
+    (QQP and AskUbuntu missing, no offline set): one error, and no metrics file at all."""
+    suites = SMALL_SUITES | {"retrieval": {"offline_sets": []}}
+    params = write_params(tmp_path, data_root, eval=suites)
+    out, predictions = tmp_path / "out", tmp_path / "predictions"
+    args = ["--model", "tfidf", "--data", str(data_root), "--params", str(params)]
+    args += ["--out-dir", str(out), "--predictions-dir", str(predictions)]
+    error = last_error(run_stage("evaluate.py", args, tmp_path, stage_env))
+    assert error.startswith(f"error: retrieval: no task could be scored under {data_root}: ")
+    assert not out.exists() and not predictions.exists()
 
 
 def test_downloaded_dataset_whose_files_are_gone_is_one_error(

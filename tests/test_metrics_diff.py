@@ -63,6 +63,7 @@ def test_only_scores_below_the_noise_are_noise() -> None:
         ("metrics/compare.json", "paired.sscl.sts.avg.p_seeds", False),
         ("metrics/compare.json", "methods.sscl.sts.avg.n", False),
         ("metrics/phrases.json", "phrases", False),
+        ("metrics/runs/a-1/sts.json", "seconds", False),  # the stage's wall time
     ],
 )
 def test_scores_are_the_x100_metrics(path: str, metric: str, score: bool) -> None:

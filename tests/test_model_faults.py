@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from conftest import run_stage
 from helpers import SENTENCES, paser_params
 
 from sentemb.config import ConfigError
@@ -290,31 +291,26 @@ def train(workspace: Path, method: str, **model: str) -> str:
         params["model"] |= model
         (workspace / "params.yaml").write_text(yaml.safe_dump(params))
     before = sorted(p for p in workspace.rglob("*"))
-    done = subprocess.run(
+    done = run_stage(
+        "train.py",
         [
-            *(sys.executable, str(REPO / "stages" / "train.py"), "--method", method),
-            *("--seed", "1", "--data", "data", "--out", "models/run", "--metrics", "m.json"),
-            *("--plots", "plots", "--checkpoints", "checkpoints"),
+            *("--method", method, "--seed", "1", "--data", "data", "--out", "models/run"),
+            *("--metrics", "m.json", "--plots", "plots", "--checkpoints", "checkpoints"),
         ],
-        cwd=workspace,
-        env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{workspace}/mlflow.db"},
-        capture_output=True,
-        text=True,
-        timeout=600,
+        workspace,
+        {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{workspace}/mlflow.db"},
     )
     assert done.returncode == 1, done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
-    assert sorted(p for p in workspace.rglob("*")) == before
+    assert sorted(p for p in workspace.rglob("*")) == before, done.stderr[-3000:]
     return done.stderr.strip().splitlines()[-1]
 
 
-@pytest.mark.slow
 def test_train_stage_refuses_a_missing_model_folder(train_workspace: Path) -> None:
     error = train(train_workspace, "simcse", name_or_path="models/simcse-42")
     assert error == "error: model.name_or_path: models/simcse-42: no such model folder"
 
 
-@pytest.mark.slow
 def test_train_stage_refuses_phrases_of_another_corpus(train_workspace: Path) -> None:
     phrases = train_workspace / "phrases" / "rake.jsonl"
     error = train(train_workspace, "paser")

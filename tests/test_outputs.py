@@ -11,8 +11,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import run_stage
 from test_io import snapshot, user_folder
-from test_stages import REPO, last_error, run_stage, tiny_training, train_args, write_params
+from test_stages import REPO, last_error, tiny_training, train_args, write_params
 
 from sentemb.io import MARKER
 
@@ -55,14 +56,16 @@ def refused(result: subprocess.CompletedProcess, path: Path, what: str) -> None:
 def test_file_output_at_a_folder_is_refused(
     work: Path, tiny_model_dir: Path, mirror: Path, tmp_path: Path, env: dict, stage: str
 ) -> None:
-    """`--out metrics/` (a folder of tracked files) once replaced the folder by one JSON file."""
-    folder = user_folder(tmp_path / "metrics")
+    """`--out metrics/` (a folder of tracked files) once replaced the folder by one JSON file;
+    the evaluate stage's `<out-dir>/sts.json` and `<predictions-dir>/sts.npz` are such outputs."""
+    name = {"evaluate": "sts.json", "evaluate --predictions": "sts.npz"}.get(stage, "metrics")
+    folder = user_folder(tmp_path / name)
     params = write_params(tmp_path, mirror, eval={"sts": {"tasks": ["STSBenchmark"]}})
-    tfidf = ["--suite", "sts", "--model", "tfidf"]
-    predictions = ["--predictions", str(folder)]
+    tfidf = ["--suites", "sts", "--model", "tfidf"]
+    predictions = ["--predictions-dir", str(tmp_path)]
     args = {
-        "evaluate": [*tfidf, "--out", str(folder)],
-        "evaluate --predictions": [*tfidf, "--out", str(tmp_path / "sts.json"), *predictions],
+        "evaluate": [*tfidf, "--out-dir", str(tmp_path)],
+        "evaluate --predictions": [*tfidf, "--out-dir", str(tmp_path / "out"), *predictions],
         "analyze": ["--model", str(tiny_model_dir), "--out", str(folder)],
         "phrases": ["--out", str(tmp_path / "phrases"), "--metrics", str(folder)],
     }[stage]
@@ -200,6 +203,13 @@ def clone_of_repo(folder: Path, mirror: str, workers: int) -> Path:
     return folder
 
 
+def results(metrics: Path) -> bytes:
+    """A metrics file without the stage's wall time (`seconds`, which no two runs share)."""
+    values = json.loads(metrics.read_text(encoding="utf-8"))
+    assert values.pop("seconds") >= 0
+    return json.dumps(values).encode()
+
+
 def test_data_outputs_do_not_depend_on_where_or_who(
     mirror: Path, tmp_path: Path, env: dict
 ) -> None:
@@ -217,10 +227,10 @@ def test_data_outputs_do_not_depend_on_where_or_who(
         own["HOME"] = str(clone.parent)
         own["MLFLOW_TRACKING_URI"] = f"sqlite:///{clone.parent / 'mlflow.db'}"
         for script in ("download.py", "phrases.py"):
-            result = run_stage(str(clone / "stages" / script), [], clone, env | own)
+            result = run_stage(str(clone / "stages" / script), [], clone, env | own, process=True)
             assert result.returncode == 0, result.stderr[-3000:]
     first, second = (
-        snapshot(clone / "data") | {"phrases.json": (clone / "metrics/phrases.json").read_bytes()}
+        snapshot(clone / "data") | {"phrases.json": results(clone / "metrics/phrases.json")}
         for clone in clones.values()
     )
     assert {"raw/MANIFEST.json", "raw/corpus/train.txt", "phrases/idf.json"} <= set(first)

@@ -67,6 +67,57 @@ def test_stage_deps_cover_every_imported_source_file(name: str) -> None:
     assert not missing, f"{name}: imports {missing} but dvc.yaml does not list them as deps"
 
 
+def evaluation_outputs(stage: dict) -> tuple[list[str], list[str]]:
+    """The metrics files and the predictions files a stage of dvc.yaml lists, by file name."""
+
+    def names(entries: list) -> list[str]:
+        return [PurePosixPath(next(iter(e)) if isinstance(e, dict) else e).name for e in entries]
+
+    return names(stage.get("metrics", [])), names(stage.get("outs", []))
+
+
+@pytest.mark.parametrize("name", ["evaluate", "reference", "baseline"])
+def test_evaluation_stages_list_one_output_per_declared_suite(name: str) -> None:
+    """dvc.yaml names no suite but in the outputs of the stages that score them all: one metrics
+    file per suite of `SUITES` (and a predictions file per pair suite where predictions are
+    kept), so a new suite fails here until dvc.yaml lists its files."""
+    from sentemb.evaluation.suites import SUITES
+
+    stage = stages()[name]
+    assert "--suites" not in stage["cmd"]  # every suite: the stage's default
+    metrics, outs = evaluation_outputs(stage)
+    assert metrics == [f"{suite}.json" for suite in SUITES]
+    if "--predictions-dir" in stage["cmd"]:
+        assert outs == [f"{suite}.npz" for suite, s in SUITES.items() if s.pairs]
+    assert "eval" in stage["params"]
+
+
+def test_repro_runs_chain_by_chain() -> None:
+    """DVC's own plan for `dvc repro`: the first run's chain (train, refine, evaluate) finishes
+    before the second training starts, the reference rows come after every run's evaluation
+    and compare is last."""
+    from dvc.repo import Repo
+    from dvc.repo.reproduce import collect_stages, get_active_graph, plan_repro
+
+    with Repo(str(REPO)) as repo:
+        graph = get_active_graph(repo.index.graph)
+        plan = [s.addressing for s in plan_repro(graph, collect_stages(repo, ["dvc.yaml"]))]
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    runs = [f"{method}-{seed}" for method in params["methods"] for seed in params["seeds"]]
+    assert len(plan) == len(set(plan)) == len(stages()) - 4 + 4 * len(runs)  # 4 matrices
+    first, second = runs[0], runs[1]
+    chain = [f"train@{first}", f"refine@{first}", f"evaluate@{first}"]
+    assert plan[:5] == ["download", "phrases", *chain]
+    assert plan.index(f"evaluate@{first}") < plan.index(f"train@{second}")
+    for run in runs:  # each chain in turn
+        at = plan.index(f"train@{run}")
+        assert plan[at : at + 3] == [f"train@{run}", f"refine@{run}", f"evaluate@{run}"]
+    last_evaluation = max(plan.index(f"evaluate@{run}") for run in runs)
+    for single in ("refine_reference", "reference", "baseline", "analyze_reference"):
+        assert plan.index(single) > last_evaluation
+    assert plan[-1] == "compare"
+
+
 def test_bytecode_is_not_a_dependency() -> None:
     """Python writes __pycache__/ into the source folders that are deps; DVC must not hash it."""
     pyc = "src/sentemb/methods/__pycache__/base.cpython-311.pyc"

@@ -1,10 +1,12 @@
-"""RepAL (eq. 1-5) and whitening on toy encoders, by hand; the fitted state's round trip, and
-its refusal around another model."""
+"""RepAL (eq. 1-5) and whitening on toy encoders, by hand; the registry of refinements; the
+fitted state's round trip (also of folders written before the registry), and its refusal around
+another model."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import pkgutil
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,34 +14,44 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import yaml
+from conftest import REPO
 from safetensors.numpy import load_file, save_file
 
-from sentemb.config import ConfigError
+from sentemb import postprocess
+from sentemb.config import ConfigError, section
 from sentemb.data.readers import PairSet
 from sentemb.encoder import Encoder, ModelIdentity, model_identity
 from sentemb.evaluation.base import SentenceEncoder
-from sentemb.refine import (
+from sentemb.postprocess import (
     CHINESE,
     ENGLISH,
     ENGLISH_SCOPE,
+    REFINEMENTS,
     TENSOR_FILE,
-    Fitted,
-    PartialMask,
+    Context,
     PerSetEncoder,
     RefineConfig,
+    Refinement,
     RefinementMismatch,
-    RepALConfig,
-    RepALEncoder,
-    Whitening,
-    eigenvalue_bounds,
+    build,
     fit_scope,
     load_refinement,
     refinements,
     save_refinement,
+)
+from sentemb.postprocess.repal import (
+    PartialMask,
+    RepALConfig,
+    RepALEncoder,
+    RepALFit,
+    eigenvalue_bounds,
     search_lambdas,
 )
+from sentemb.postprocess.whitening import Whitening
 
 TOY = ModelIdentity("toy", "ab" * 32, "mean", 8)  # what toy_dev's encoder stands for
+IDF = {"cat": 2.0, "sat": 1.5, "mat": 3.0, "dog": 2.5}
 
 
 class TableEncoder:
@@ -101,15 +113,25 @@ def toy_dev(seed: int = 0, n: int = 40) -> tuple[TableEncoder, PairSet, list[str
     return TableEncoder(table), PairSet(first, second, gold), fit
 
 
+def toy_parts(config: RefineConfig) -> dict[str, Refinement]:
+    """The refinements of `config` for the toy encoder; RepAL's sentence level masks with
+    `ToyMask`."""
+    parts = build(config, Context("[MASK]", False, IDF))
+    if "repal" in parts and parts["repal"].mask is not None:
+        parts["repal"].mask = ToyMask()
+    return parts
+
+
 def test_lambda_search_finds_the_known_best_on_a_toy_dev_set() -> None:
     encoder, dev, fit = toy_dev()
     config = RefineConfig(
         methods=["repal"],
         repal=RepALConfig(lambda1=[0.0, 0.5, 1.0, 1.5], lambda2=[0.0, 0.5, 1.0, 1.5, 2.0]),
     )
-    fitted, metrics, tried = fit_scope(encoder, dev, fit, ToyMask(), config, batch_size=8)
-    np.testing.assert_allclose(fitted.mean, encoder.encode(fit).mean(axis=0))
-    assert (fitted.lambda1, fitted.lambda2) == (1.0, 1.0)
+    fitted, metrics, tried = fit_scope(encoder, dev, fit, toy_parts(config), config, batch_size=8)
+    assert set(fitted) == {"repal"}
+    np.testing.assert_allclose(fitted["repal"].mean, encoder.encode(fit).mean(axis=0))
+    assert (fitted["repal"].lambda1, fitted["repal"].lambda2) == (1.0, 1.0)
     assert metrics["dev/repal"] == pytest.approx(100.0)
     assert metrics["dev/repal"] > metrics["dev/none"]
     # §4.6 order: the λ2 grid with λ1 = 0, then the λ1 grid at the chosen λ2
@@ -131,9 +153,6 @@ def test_lambda_search_levels_and_ties() -> None:
     assert search_lambdas(score, [0.0, 0.3], [1.0, 2.0], levels=["corpus"])[:2] == (0.0, 2.0)
     assert calls == [(0.0, 1.0), (0.0, 2.0)]
     assert search_lambdas(lambda a, b: 1.0, [0.5, 0.0], [0.7, 0.0])[:2] == (0.5, 0.7)
-
-
-IDF = {"cat": 2.0, "sat": 1.5, "mat": 3.0, "dog": 2.5}
 
 
 def test_partial_mask_masks_exactly_the_tf_idf_keywords_english() -> None:
@@ -192,7 +211,7 @@ def saved_toy_refinement(folder: Path) -> Path:
     """RepAL (corpus level) and whitening fitted on the toy encoder, saved as fitted on TOY."""
     encoder, dev, fit = toy_dev()
     config = RefineConfig(repal=RepALConfig(levels=["corpus"], lambda2=[0.0, 1.0]))
-    fitted, _, _ = fit_scope(encoder, dev, fit, None, config, batch_size=8)
+    fitted, _, _ = fit_scope(encoder, dev, fit, toy_parts(config), config, batch_size=8)
     save_refinement(folder, config, {ENGLISH_SCOPE: fitted}, None, {ENGLISH: TOY, CHINESE: TOY})
     return folder
 
@@ -200,21 +219,23 @@ def saved_toy_refinement(folder: Path) -> Path:
 def test_saved_refinement_gives_the_same_vectors(tmp_path: Path) -> None:
     encoder, dev, fit = toy_dev()
     config = RefineConfig(repal=RepALConfig(levels=["corpus"], lambda2=[0.0, 1.0]))
-    fitted, _, _ = fit_scope(encoder, dev, fit, None, config, batch_size=8)
-    assert fitted.whitening is not None
+    fitted, _, _ = fit_scope(encoder, dev, fit, toy_parts(config), config, batch_size=8)
+    repal, whitening = fitted["repal"], fitted["whitening"]
+    assert whitening is not None
     save_refinement(tmp_path / "refined", config, {ENGLISH_SCOPE: fitted}, None, {ENGLISH: TOY})
     loaded = refined_encoders(tmp_path / "refined", encoder)
     assert set(loaded) == {"repal", "whitening"}
-    direct = RepALEncoder(encoder, None, fitted.lambda1, fitted.lambda2, fitted.mean)
+    direct = RepALEncoder(encoder, None, repal.lambda1, repal.lambda2, repal.mean)
     np.testing.assert_array_equal(loaded["repal"].encode(dev.first), direct.encode(dev.first))
     np.testing.assert_allclose(
-        loaded["whitening"].encode(dev.first), fitted.whitening.transform(encoder.encode(dev.first))
+        loaded["whitening"].encode(dev.first), whitening.transform(encoder.encode(dev.first))
     )
 
 
 def test_sentence_level_needs_a_mask_token(tmp_path: Path) -> None:
     encoder = toy_dev()[0]
-    save_refinement(tmp_path / "r", RefineConfig(), {ENGLISH_SCOPE: Fitted()}, IDF, {ENGLISH: TOY})
+    fits = {ENGLISH_SCOPE: {"repal": RepALFit(), "whitening": None}}
+    save_refinement(tmp_path / "r", RefineConfig(), fits, IDF, {ENGLISH: TOY})
     with pytest.raises(ConfigError, match=r"refine\.repal\.levels"):
         refined_encoders(tmp_path / "r", encoder)
 
@@ -283,3 +304,57 @@ def test_chinese_set_without_a_fit_is_one_error() -> None:
         RefinementMismatch, match=r"no refinement was fitted for the Chinese set BQ"
     ):
         per_set.for_set("BQ")
+
+
+# --- the registry: a refinement is one file with its params sub-section ----------------------
+
+
+def test_refinements_are_the_package_files_each_with_its_params_section() -> None:
+    files = {module.name for module in pkgutil.iter_modules(postprocess.__path__)} - {"base"}
+    assert set(REFINEMENTS) == files
+    sections = {f.name: f.type for f in dataclasses.fields(RefineConfig)}
+    params = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))["refine"]
+    for name, (cls, config) in REFINEMENTS.items():
+        assert (cls.name, cls.__module__) == (name, f"sentemb.postprocess.{name}")
+        assert sections[name] is config  # `refine.<name>` is read into the class it registered
+        assert name in params
+    assert section({"refine": params}, "refine", RefineConfig).methods == params["methods"]
+
+
+def test_unknown_refinement_is_one_error_naming_the_known_ones() -> None:
+    with pytest.raises(ConfigError) as caught:
+        section({"refine": {"methods": ["repal", "whiten", "pca"]}}, "refine", RefineConfig)
+    assert str(caught.value) == (
+        "refine.methods: unknown ['whiten', 'pca']; the refinements are ['repal', 'whitening']"
+    )
+    with pytest.raises(ConfigError, match=r"refine: unknown key\(s\) \['whitenin'\]; known keys"):
+        section({"refine": {"whitenin": {"dim": 8}}}, "refine", RefineConfig)
+
+
+@pytest.mark.parametrize("methods", [["repal", "whitening"], ["whitening"]])
+def test_a_folder_written_before_the_registry_still_loads(tmp_path: Path, methods: list) -> None:
+    """The layout the refine stage wrote before refinements registered themselves: every scope
+    carries RepAL's λs and v̂ (also when only whitening ran), then the whitening kernel."""
+    rng = np.random.default_rng(0)
+    mean, kernel, bias = rng.normal(size=8), rng.normal(size=(8, 5)), rng.normal(size=8)
+    config = dataclasses.asdict(RefineConfig(methods=methods))
+    config["repal"]["levels"] = ["corpus"]
+    state = {
+        "config": config,
+        "models": {ENGLISH: dataclasses.asdict(TOY)},
+        "scopes": {ENGLISH_SCOPE: {"lambda1": 0.0, "lambda2": 0.7}},
+    }
+    folder = tmp_path / "old"
+    folder.mkdir()
+    (folder / "refinement.json").write_text(json.dumps(state, indent=1) + "\n")
+    tensors = {"english/mean": mean, "english/kernel": kernel, "english/bias": bias}
+    save_file({k: v.astype(np.float32) for k, v in tensors.items()}, folder / TENSOR_FILE)
+    encoder = toy_dev()[0]
+    loaded = refined_encoders(folder, encoder)
+    assert list(loaded) == methods
+    x = encoder.encode(["a0", "b0"])
+    white = (x - bias.astype(np.float32)) @ kernel.astype(np.float32)
+    np.testing.assert_allclose(loaded["whitening"].encode(["a0", "b0"]), white, rtol=1e-5)
+    if "repal" in loaded:
+        expected = x - 0.7 * mean.astype(np.float32)
+        np.testing.assert_allclose(loaded["repal"].encode(["a0", "b0"]), expected, rtol=1e-5)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
+from conftest import run_stage
 
 from sentemb.evaluation.base import spearman
 
@@ -21,17 +21,6 @@ REPO = Path(__file__).resolve().parents[1]
 def stage_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     db = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
     return {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{db}", "DVC_NO_ANALYTICS": "1"}
-
-
-def run_stage(script: str, args: list[str], cwd: Path, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(REPO / "stages" / script), *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
 
 
 def write_params(folder: Path, mirror: Path, **sections) -> Path:
@@ -69,7 +58,7 @@ def test_evaluate_tfidf_on_real_sts_with_skips(downloaded: Path, stage_env) -> N
     out = downloaded / "metrics" / "sts.json"
     result = run_stage(
         "evaluate.py",
-        ["--suite", "sts", "--model", "tfidf", "--out", str(out)],
+        ["--suites", "sts", "--model", "tfidf", "--out-dir", str(out.parent)],
         downloaded,
         stage_env,
     )
@@ -88,13 +77,13 @@ def test_evaluate_tiny_model_on_real_chinese_sets(
     params = write_params(
         downloaded / "zh", mirror, eval={"chinese": {"tasks": ["PAWSX", "STS-B"]}}
     )
-    args = ["--suite", "chinese", "--model", str(tiny_model_dir), "--out", str(out)]
+    args = ["--suites", "chinese", "--model", str(tiny_model_dir), "--out-dir", str(out.parent)]
     args += ["--data", str(mirror), "--params", str(params)]
     result = run_stage("evaluate.py", args, downloaded, stage_env)
     assert result.returncode == 0, result.stderr
     metrics = json.loads(out.read_text())
-    assert set(metrics) == {"PAWSX", "STS-B", "avg"}
-    assert all(-100 <= v <= 100 for v in metrics.values())
+    assert set(metrics) == {"PAWSX", "STS-B", "avg", "seconds"}
+    assert all(-100 <= metrics[k] <= 100 for k in ("PAWSX", "STS-B", "avg"))
 
 
 def test_bad_param_is_one_clear_error_and_no_output(
@@ -104,7 +93,7 @@ def test_bad_param_is_one_clear_error_and_no_output(
     bad.mkdir()
     params = write_params(bad, mirror, eval={"sts": {"taks": ["STS13"]}})
     out = bad / "sts.json"
-    args = ["--suite", "sts", "--model", "tfidf", "--out", str(out), "--params", str(params)]
+    args = ["--suites", "sts", "--model", "tfidf", "--out-dir", str(bad), "--params", str(params)]
     result = run_stage("evaluate.py", args, downloaded, stage_env)
     assert result.returncode == 1
     assert (
@@ -150,6 +139,8 @@ def test_train_stage_end_to_end(
     assert [p["step"] for p in json.loads((work / "plots/dev_curve.json").read_text())] == [2, 4]
     assert (work / "plots/train_curves.png").read_bytes()[:4] == b"\x89PNG"
     assert (work / "model" / "model.safetensors").is_file()
+    assert metrics["seconds"] > 0  # the stage's wall time
+    assert "base_model: " in (work / "model" / "README.md").read_text()  # its model card
     artifacts = Path(stage_env["MLFLOW_TRACKING_URI"].removeprefix("sqlite:///")).parent
     logged = list(artifacts.glob("mlartifacts/*/artifacts/model/model"))
     assert logged  # the model folder, a sentence-transformers folder, is in MLflow
@@ -257,43 +248,43 @@ def test_refine_then_evaluate_with_and_without_refinement(
         "lambda2"
     ]
     assert (tmp_path / "plots/refine_bound.png").read_bytes()[:4] == b"\x89PNG"
-    for suite in ("sts", "chinese", "retrieval", "transfer"):
-        out = tmp_path / f"{suite}.json"
-        args = ["--suite", suite, "--refined", "refined", "--out", str(out)]
-        if suite in ("sts", "chinese"):
-            args += ["--predictions", str(tmp_path / f"{suite}.npz")]
-        if suite == "transfer":
-            args += ["--params", str(params)]
-            params.write_text(params.read_text().replace("tasks: [MR, CR", "tasks: [MRPC, CR"))
-        result = run_stage("evaluate.py", args, tmp_path, stage_env)
-        assert result.returncode == 0, result.stderr[-3000:]
-        metrics = json.loads(out.read_text())
-        plain = {k for k in metrics if k not in ("repal", "whitening", "skipped")}
+    params.write_text(params.read_text().replace("tasks: [MR, CR", "tasks: [MRPC, CR"))
+    args = ["--refined", "refined", "--out-dir", "scores", "--predictions-dir", "predictions"]
+    result = run_stage("evaluate.py", args, tmp_path, stage_env)  # every suite, one process
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sorted(p.name for p in (tmp_path / "predictions").iterdir()) == [
+        "chinese.npz",
+        "sts.npz",
+    ]
+    for suite in ("sts", "transfer", "chinese", "retrieval"):
+        metrics = json.loads((tmp_path / "scores" / f"{suite}.json").read_text())
+        assert metrics["seconds"] >= 0
+        plain = {k for k in metrics if k not in ("repal", "whitening", "skipped", "seconds")}
         if suite == "transfer":  # not in refine.suites: plain scores only
-            assert "repal" not in metrics
+            assert "repal" not in metrics and "MRPC" in plain
             continue
         assert set(metrics["repal"]) == set(metrics["whitening"]) == plain
         assert metrics["repal"]["avg"] != metrics["avg"]
-    scored = np.load(tmp_path / "sts.npz")
+    scored = np.load(tmp_path / "predictions/sts.npz")
     assert sorted(scored.files) == ["STSBenchmark/gold", "STSBenchmark/predicted"]
-    sts = json.loads((tmp_path / "sts.json").read_text())
+    sts = json.loads((tmp_path / "scores/sts.json").read_text())
     assert (
         spearman(scored["STSBenchmark/predicted"], scored["STSBenchmark/gold"])
         == sts["STSBenchmark"]
     )
-    assert sorted(np.load(tmp_path / "chinese.npz").files) == [
+    assert sorted(np.load(tmp_path / "predictions/chinese.npz").files) == [
         "PAWSX/gold",
         "PAWSX/predicted",
         "STS-B/gold",
         "STS-B/predicted",
     ]
-    args = ["--suite", "transfer", "--out", "t.json", "--predictions", "t.npz"]
+    args = ["--suites", "transfer", "--out-dir", "t", "--predictions-dir", "p"]
     result = run_stage("evaluate.py", args, tmp_path, stage_env)
-    assert result.returncode == 1 and "error: --predictions: only for" in result.stderr
-    args = ["--suite", "sts", "--model", "tfidf", "--refined", "refined", "--out", "t.json"]
+    assert result.returncode == 1 and "error: --predictions-dir: only for" in result.stderr
+    args = ["--suites", "sts", "--model", "tfidf", "--refined", "refined", "--out-dir", "t"]
     result = run_stage("evaluate.py", args, tmp_path, stage_env)
     assert result.returncode == 1 and "error: --refined: the TF-IDF baseline" in result.stderr
-    assert not (tmp_path / "t.json").exists()
+    assert not (tmp_path / "t").exists() and not (tmp_path / "p").exists()
 
 
 def fake_run(root: Path, name: str, noise: float, rng: np.random.Generator, analysis: dict) -> None:
@@ -407,7 +398,7 @@ def test_model_needing_remote_code_is_refused(
 
     model = broken_copy(tiny_model_dir, tmp_path / "model", "remote code")
     out = tmp_path / "sts.json"
-    args = ["--suite", "sts", "--model", str(model), "--out", str(out)]
+    args = ["--suites", "sts", "--model", str(model), "--out-dir", str(tmp_path)]
     error = last_error(run_stage("evaluate.py", args, downloaded, stage_env))
     assert error.startswith(f"error: model.name_or_path: {model} needs its own Python code")
     assert not out.exists()
@@ -427,8 +418,8 @@ def test_full_disk_stops_training_with_one_error(
 
 
 def test_read_only_output_folder_is_one_error(downloaded: Path, read_only: Path, stage_env) -> None:
-    out = read_only / "earlier.json"
-    args = ["--suite", "sts", "--model", "tfidf", "--out", str(out)]
+    args = ["--suites", "sts", "--model", "tfidf", "--out-dir", str(read_only)]
     error = last_error(run_stage("evaluate.py", args, downloaded, stage_env))
-    assert error.startswith(f"error: {out}: not written: ")
-    assert out.read_text() == "{}\n"
+    assert error.startswith(f"error: {read_only / 'sts.json'}: not written: ")
+    assert [p.name for p in read_only.iterdir()] == ["earlier.json"]
+    assert (read_only / "earlier.json").read_text() == "{}\n"

@@ -17,6 +17,7 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from sentemb import tracking
@@ -416,7 +417,7 @@ MIRROR = REPO.parent / "shared" / "datasets"
 STAGE_COMMAND = [
     sys.executable,
     str(REPO / "stages" / "evaluate.py"),
-    "--suite",
+    "--suites",
     "sts",
     "--model",
     "tfidf",
@@ -424,8 +425,8 @@ STAGE_COMMAND = [
     str(MIRROR),
     "--params",
     "params.yaml",
-    "--out",
-    "metrics/sts.json",
+    "--out-dir",
+    "metrics",
 ]
 STAGE_PARAMS = "eval:\n  sts:\n    tasks: [STS13]\n"
 EXPECTED_PARAMS = {"model": "tfidf", "eval.sts.tasks": '["STS13"]'}
@@ -554,11 +555,11 @@ def test_stage_process_logs_to_real_server(mlflow_server: tuple[str, Path], tmp_
     assert run.info.status == "FINISHED"
     written = json.loads((workdir / "metrics" / "sts.json").read_text())
     assert EXPECTED_PARAMS.items() <= run.data.params.items()
-    assert run.data.metrics["STS13"] == pytest.approx(written["STS13"])
+    assert run.data.metrics["sts.STS13"] == pytest.approx(written["STS13"])
     tags = run.data.tags
-    assert tags["dvc.stage"] == "evaluate@sts"
+    assert tags["dvc.stage"] == "evaluate"
     assert tags["dvc.experiment"] == "exp-server"
-    assert tags["mlflow.runName"] == "sts:tfidf"
+    assert tags["mlflow.runName"] == "evaluate:tfidf"
     assert "git.commit" in tags
     assert EXPECTED_ARTIFACT in {a.path for a in client.list_artifacts(run.info.run_id)}
     local = client.download_artifacts(run.info.run_id, EXPECTED_ARTIFACT, str(tmp_path))
@@ -574,3 +575,99 @@ def test_only_rank_zero_logs(monkeypatch: pytest.MonkeyPatch) -> None:
     with mlflow_run("train", {"a": 1}) as run:
         run.log_metrics({"loss": 1.0})
     assert run.run_id is None and run.unlogged == ["metrics step=None: 1 keys"]
+
+
+# -- 5. metrics files with the stage's wall time, and models ------------------------------------
+
+
+def test_write_metrics_adds_seconds_logs_numbers_and_attaches_the_file(sqlite_uri: str) -> None:
+    from mlflow.tracking import MlflowClient
+
+    metrics = {"method": "simcse", "best_dev": 81.5, "nested": {"a": 2}, "warnings": [], "x": None}
+    with mlflow_run("train", {}) as run:
+        time.sleep(0.2)
+        written = run.write_metrics(Path("metrics/train.json"), metrics)
+        with pytest.raises(ValueError, match="wall time"):
+            run.write_metrics(Path("other.json"), {tracking.SECONDS: 1})
+    assert run.unlogged == []
+    on_disk = json.loads(Path("metrics/train.json").read_text())
+    assert on_disk == written == {**metrics, "seconds": on_disk["seconds"]}
+    assert 0.2 <= on_disk["seconds"] < 60 and list(on_disk)[-1] == "seconds"
+    got = MlflowClient(tracking_uri=sqlite_uri).get_run(run.run_id)
+    assert got.data.metrics == {"best_dev": 81.5, "nested.a": 2.0, "seconds": on_disk["seconds"]}
+    artifacts = MlflowClient(tracking_uri=sqlite_uri).list_artifacts(run.run_id)
+    assert [a.path for a in artifacts] == ["train.json"]
+    assert not Path("other.json").exists()
+
+
+def test_numbers_are_the_numeric_leaves() -> None:
+    metrics = {"a": 1, "b": True, "c": "x", "d": {"e": 2.5, "f": [1]}, "g": None}
+    assert tracking.numbers(metrics) == {"a": 1.0, "d.e": 2.5}
+
+
+def tiny_st_folder(tiny_model_dir: Path, folder: Path) -> Path:
+    from sentemb.encoder import Encoder
+
+    Encoder.from_pretrained(str(tiny_model_dir), "cls_before_pooler").save(folder)
+    return folder
+
+
+SENTENCES = ["A man is playing a guitar.", "Two dogs run in the snow."]
+
+
+def test_model_logged_with_the_flavour_loads_with_the_same_vectors(
+    sqlite_uri: str, tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where MLflow supports the installed sentence-transformers (forced here: see the next
+    test), `mlflow.sentence_transformers.load_model(run.model_uri)` gives the folder's vectors."""
+    import mlflow
+    from sentence_transformers import SentenceTransformer
+
+    folder = tiny_st_folder(tiny_model_dir, tmp_path / "model")
+    monkeypatch.setattr(tracking, "flavour_unsupported", lambda: None)
+    with mlflow_run("train", {}) as run:
+        run.log_model(folder)
+    assert run.unlogged == [] and run.model_uri
+    loaded = mlflow.sentence_transformers.load_model(run.model_uri)
+    expected = SentenceTransformer(str(folder), device="cpu").encode(SENTENCES)
+    np.testing.assert_array_equal(loaded.encode(SENTENCES), expected)
+
+
+def test_model_falls_back_to_an_artifact_with_a_warning(
+    sqlite_uri: str,
+    tiny_model_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    folder = tiny_st_folder(tiny_model_dir, tmp_path / "model")
+    reason = "mlflow 3.17.2 supports sentence-transformers 3.2.0 to 6.1.0, and 6.2.0 is installed"
+    monkeypatch.setattr(tracking, "flavour_unsupported", lambda: reason)
+    with caplog.at_level(logging.WARNING), mlflow_run("train", {}) as run:
+        run.log_model(folder)
+    assert run.unlogged == [] and run.model_uri is None
+    assert any(
+        reason in r.getMessage() and "artifact model/model" in r.getMessage()
+        for r in tracking_records(caplog)
+    )
+    client = MlflowClient(tracking_uri=sqlite_uri)
+    logged = {a.path for a in client.list_artifacts(run.run_id, "model/model")}
+    assert {"model/model/modules.json", "model/model/model.safetensors"} <= logged
+
+
+def test_flavour_check_follows_mlflows_own_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pinned versions (requirements.txt) decide: inside MLflow's tested range, the flavour."""
+    from importlib.metadata import version
+
+    from mlflow.utils.autologging_utils.versioning import get_min_max_version_and_pip_release
+    from packaging.version import Version
+
+    low, high, _ = get_min_max_version_and_pip_release("sentence_transformers", "models")
+    inside = Version(low) <= Version(version("sentence-transformers")) <= Version(high)
+    assert (tracking.flavour_unsupported() is None) == inside
+    monkeypatch.setattr("importlib.metadata.version", lambda name: high)
+    assert tracking.flavour_unsupported() is None
+    monkeypatch.setattr("importlib.metadata.version", lambda name: "99.0.0")
+    assert "99.0.0 is installed" in tracking.flavour_unsupported()

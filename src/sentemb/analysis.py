@@ -15,6 +15,8 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -22,7 +24,10 @@ from scipy.spatial.distance import pdist
 from scipy.special import logsumexp
 from sklearn.preprocessing import normalize
 
-from sentemb.encoder import POOLERS, Encoder
+from sentemb.config import ConfigError
+from sentemb.data.readers import read_stsb
+from sentemb.encoder import POOLERS, Encoder, ModelConfig
+from sentemb.evaluation.base import embed, require_finite, scoring
 
 
 @dataclass
@@ -97,3 +102,37 @@ def over_smoothing(
         "token_wise": torch.cat(token_wise).nanmean(0).tolist(),
         "inter_layer": torch.cat(inter_layer).mean(0).tolist(),
     }
+
+
+def analyze(
+    name: str, pooler: str, config: AnalysisConfig, model: ModelConfig, data: Path
+) -> dict[str, Any]:
+    """Alignment and uniformity over STS-B test (positives: gold score above
+    `analysis.positive_threshold`) and the per-layer over-smoothing of the encoder `name` with
+    `pooler`; a threshold selecting no pair, unusable vectors or a non-finite result are errors."""
+    pairs = read_stsb(data, "test")
+    positive = [i for i, score in enumerate(pairs.scores) if score > config.positive_threshold]
+    if not positive:
+        raise ConfigError(
+            f"analysis.positive_threshold: {config.positive_threshold} selects no STS-B test pair "
+            f"(positives score above it; the gold scores under {data} go up to "
+            f"{max(pairs.scores)}): choose a lower threshold"
+        )
+    encoder = Encoder.from_pretrained(
+        name, pooler, model.max_length, model.trust_remote_code, model.precision
+    )
+    with scoring(name):
+        vectors, row = embed(encoder, [*pairs.first, *pairs.second], model.batch_size)
+    first = vectors[[row[pairs.first[i]] for i in positive]]
+    second = vectors[[row[pairs.second[i]] for i in positive]]
+    result = {
+        "model": name,
+        "pooler": encoder.pooler,
+        "sentences": len(row),
+        "positive_pairs": len(positive),
+        "alignment": alignment(first, second),
+        "uniformity": uniformity(vectors, config.uniformity_t),
+        **over_smoothing(encoder, list(row), model.batch_size),
+    }
+    require_finite(f"{name}, analysis", result)
+    return result

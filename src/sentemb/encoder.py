@@ -25,6 +25,7 @@ import hashlib
 import json
 import logging
 import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -367,7 +368,10 @@ class Encoder(torch.nn.Module):
         path = resolve_model(name_or_path, param)
         from safetensors import SafetensorError
         from transformers import AutoModel, AutoTokenizer
+        from transformers.utils import logging as transformers_logging
 
+        if not sys.stderr.isatty():  # their bars (loading weights, downloads) garble a log file
+            transformers_logging.disable_progress_bar()
         if Path(path).is_dir():
             check_model_folder(Path(path), trust_remote_code, param)
         if pooler == "auto":
@@ -462,29 +466,53 @@ class Encoder(torch.nn.Module):
         pooled = pool(self.pooler, out.hidden_states, attention_mask, pooler_layer)
         return EncoderOutput(pooled, tuple(out.hidden_states), attention_mask)
 
+    def pad(self, ids: Sequence[Sequence[int]]) -> dict[str, torch.Tensor]:
+        """Token ids of several sentences as one batch on this encoder's device, padded on the
+        right to the longest with the pad token and masked (what `tokenize` gives them)."""
+        width = max(len(row) for row in ids)
+        input_ids = torch.full((len(ids), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(ids), width), dtype=torch.long)
+        for i, row in enumerate(ids):
+            input_ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+            attention_mask[i, : len(row)] = 1
+        return {
+            "input_ids": input_ids.to(self.device),
+            "attention_mask": attention_mask.to(self.device),
+        }
+
     @torch.inference_mode()
     def encode(
         self, sentences: Sequence[str], batch_size: int = 128, show_progress: bool = True
     ) -> np.ndarray:
-        """Vectors for `sentences` in order; duplicates encoded once, batches sorted by length."""
-        unique = list(dict.fromkeys(sentences))
-        order = sorted(range(len(unique)), key=lambda i: -len(unique[i]))
+        """One float32 vector per sentence, in order, under this encoder's autocast.
+
+        The sentences are tokenized once (truncated to `max_length`, unpadded) and batched by
+        token count, longest first, each batch padded to its own longest: little padding, and a
+        sentence's vector does not depend on its batch beyond autocast rounding. Duplicates are
+        encoded as often as they appear: `evaluation.base.CachedEncoder` encodes each once. The
+        progress bar (`show_progress`) is drawn only when stderr is a terminal (tqdm's
+        `disable=None`), so logs written to a file carry none.
+        """
+        ids: list[list[int]] = []
+        if sentences:  # the tokenizer refuses an empty list
+            tokens = self.tokenizer(list(sentences), truncation=True, max_length=self.max_length)
+            ids = tokens["input_ids"]
+        order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
+        vectors = np.zeros((len(ids), self.backbone.config.hidden_size), dtype=np.float32)
         was_training = self.training
         self.eval()
-        vectors: list[np.ndarray] = [np.empty(0)] * len(unique)
-        starts = range(0, len(order), batch_size)
-        for start in tqdm(starts, desc="encode", disable=not show_progress, unit="batch"):
-            index = order[start : start + batch_size]
-            batch = self.tokenize([unique[i] for i in index]).to(self.device)
-            with self.autocast():
-                pooled = self(batch["input_ids"], batch["attention_mask"]).pooled
-            for i, vector in zip(index, pooled.float().cpu().numpy(), strict=True):
-                vectors[i] = vector
-        self.train(was_training)
-        position = {sentence: i for i, sentence in enumerate(unique)}
-        if not unique:
-            return np.zeros((0, self.backbone.config.hidden_size), dtype=np.float32)
-        return np.stack([vectors[position[s]] for s in sentences]).astype(np.float32)
+        try:
+            starts = range(0, len(order), batch_size)
+            bar = tqdm(starts, desc="encode", unit="batch", disable=None if show_progress else True)
+            for start in bar:
+                index = order[start : start + batch_size]
+                batch = self.pad([ids[i] for i in index])
+                with self.autocast():
+                    pooled = self(batch["input_ids"], batch["attention_mask"]).pooled
+                vectors[index] = pooled.float().cpu().numpy()
+        finally:
+            self.train(was_training)
+        return vectors
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,9 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from sentemb.cli import run_stage
-from sentemb.compare import NOISE, CompareConfig
 from sentemb.config import UserError, load_params, section
+from sentemb.report.stats import NOISE, CompareConfig
+from sentemb.tracking import SECONDS
 
 SUITE_FILES = ("sts", "transfer", "chinese", "retrieval")  # metrics/**/<suite>.json: all scores
 COMPARE_SCORES = ("mean", "std", "difference", "low", "high")  # compare.json methods/paired
@@ -52,6 +53,8 @@ class Change:
 def is_score(path: str, metric: str) -> bool:
     """Whether `metric` (DVC's dotted key) of metrics file `path` is a score x 100."""
     name, first, last = PurePosixPath(path).stem, metric.split(".")[0], metric.split(".")[-1]
+    if metric == SECONDS:  # the stage's wall time: shown, never a score
+        return False
     if name == "compare":
         return first in ("methods", "paired") and last in COMPARE_SCORES
     if name == "refine":

@@ -10,7 +10,7 @@ ln((1 + n) / (1 + df)) + 1); for Chinese, jieba's TF-IDF with its own IDF table.
 Output: `rake.jsonl` and `keywords.jsonl`, line i for sentence i. A RAKE record is the sentence
 and its phrases, best first, each `[text, score, start, end]` with the character span in the
 sentence; a keyword record is `[[word, score], ...]`. For English also `idf.json`, the corpus's
-IDF table, with which RepAL (`sentemb.refine`) picks the keywords of any other sentence.
+IDF table, with which RepAL (`sentemb.postprocess.repal`) picks the keywords of any other sentence.
 """
 
 from __future__ import annotations
@@ -244,7 +244,7 @@ def extract(
     with ProcessPoolExecutor(workers) as pool:
         if not config.chinese:
             df: Counter[str] = Counter()
-            bar = tqdm(total=total, desc="idf", unit="sent")
+            bar = tqdm(total=total, desc="idf", unit="sent", disable=None)  # a terminal only
             for size, counts in ordered_map(
                 pool, document_frequencies, chunks(corpus(), config.chunk_size), inflight
             ):
@@ -265,7 +265,7 @@ def extract(
         with (
             (tmp / "rake.jsonl").open("w", encoding="utf-8") as rake_file,
             (tmp / "keywords.jsonl").open("w", encoding="utf-8") as keyword_file,
-            tqdm(total=total, desc="phrases", unit="sent") as bar,
+            tqdm(total=total, desc="phrases", unit="sent", disable=None) as bar,
         ):
             for rake, keywords, counts in ordered_map(
                 pool, _extract, chunks(corpus(), config.chunk_size), inflight

@@ -3,8 +3,13 @@
 Usage in a stage::
 
     with mlflow_run("evaluate", params) as run:
-        run.log_metrics({"sts.avg": 76.3})
-        run.log_artifact("metrics/sts.json")
+        scores = evaluate(...)
+        run.write_metrics("metrics/sts.json", scores)  # + "seconds"; logged, file attached
+
+`write_metrics` is how every stage writes its metrics file: atomically, with the stage's wall time
+so far under ``seconds`` (:data:`SECONDS`, from the start of the run), every number in it logged
+as an MLflow metric (nested keys dotted) and the file attached as an artifact. Readers of metrics
+files skip ``seconds``: it is a time, not a result, and differs from run to run.
 
 Where the runs go:
 
@@ -46,6 +51,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
+SECONDS = "seconds"  # a metrics file's wall time of its stage: not a result, never compared
 DEFAULT_EXPERIMENT = "sentemb"
 DB_NAME = "mlflow.db"
 ARTIFACTS_DIR = "mlartifacts"
@@ -139,6 +145,38 @@ def sanitize_key(key: str) -> str:
     return key
 
 
+def numbers(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """The numeric leaves of a metrics file, dotted (``{"a": {"b": 1}}`` -> ``{"a.b": 1.0}``);
+    strings, lists, booleans and nulls are left out."""
+    return {
+        key: float(value)
+        for key, value in flatten(metrics).items()
+        if isinstance(value, int | float) and not isinstance(value, bool)
+    }
+
+
+def flavour_unsupported() -> str | None:
+    """Why MLflow's ``sentence_transformers`` flavour should not be used here (the installed
+    sentence-transformers outside the range the installed MLflow supports), else None."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from packaging.version import Version
+
+    try:
+        from mlflow.utils.autologging_utils.versioning import get_min_max_version_and_pip_release
+
+        low, high, package = get_min_max_version_and_pip_release("sentence_transformers", "models")
+        installed = version(package)
+    except (ImportError, KeyError, PackageNotFoundError) as err:
+        return f"the sentence_transformers flavour cannot be checked ({_reason(err)})"
+    if Version(low) <= Version(installed) <= Version(high):
+        return None
+    return (
+        f"mlflow {version('mlflow')} supports {package} {low} to {high}, and {installed} is "
+        "installed"
+    )
+
+
 def param_value(value: Any) -> str:
     """Render a param value as MLflow stores it: lists as JSON, cut to 6000 characters."""
     if isinstance(value, list | tuple):
@@ -220,6 +258,21 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {_truncate(text, 500)}"
 
 
+_clock: dict[str, float] = {}  # the stage's start, while `stage_clock` runs
+
+
+@contextlib.contextmanager
+def stage_clock() -> Iterator[None]:
+    """The stage's wall-time clock (`RunLogger.seconds`) runs from here (`sentemb.cli.run_stage`),
+    so `seconds` covers input checks and model loading done before the MLflow run opens; a run
+    opened outside it starts its own clock."""
+    _clock["started"] = time.perf_counter()
+    try:
+        yield
+    finally:
+        _clock.pop("started", None)
+
+
 class RunLogger:
     """Logs to one MLflow run; after the first MLflow failure every call is a no-op.
 
@@ -234,7 +287,14 @@ class RunLogger:
         self.experiment_id: str | None = None
         self.run_id: str | None = None
         self.error: str | None = None
+        self.model_uri: str | None = None
+        self.started = _clock.get("started", time.perf_counter())
         self._client: Any = None
+
+    @property
+    def seconds(self) -> float:
+        """Wall time since the run started (the stage's clock)."""
+        return time.perf_counter() - self.started
 
     @property
     def active(self) -> bool:
@@ -262,6 +322,55 @@ class RunLogger:
             name = sanitize_key(str(key))
             entries[name] = Metric(name, number, timestamp, step or 0)
         self._call(what, self._log_batch, metrics=list(entries.values()))
+
+    def write_metrics(self, path: str | Path, metrics: Mapping[str, Any]) -> dict[str, Any]:
+        """Write a stage's metrics file (atomically, JSON) with the wall time so far under
+        ``seconds``, log its numbers (nested keys dotted) and attach the file; returns what was
+        written."""
+        if SECONDS in metrics:
+            raise ValueError(f"{path}: {SECONDS!r} is the stage's wall time, not a metric")
+        from sentemb.io import write_json
+
+        written = {**metrics, SECONDS: round(self.seconds, 1)}
+        write_json(path, written)
+        self.log_metrics(numbers(written))
+        self.log_artifact(path)
+        return written
+
+    def log_model(self, folder: str | Path, name: str = "model") -> None:
+        """Log a sentence-transformers model folder with MLflow's ``sentence_transformers``
+        flavour (``mlflow.sentence_transformers.load_model(run.model_uri)``), where the pinned
+        MLflow supports the installed sentence-transformers; otherwise, with a warning, the folder
+        as the artifact ``<name>/<folder name>`` (``SentenceTransformer(<download>)`` loads it)."""
+        folder = Path(folder)
+        unsupported = flavour_unsupported()
+        if unsupported:
+            log.warning(
+                "MLflow: %s; %s is logged as the artifact %s/%s instead of an MLflow model "
+                "(load it with SentenceTransformer(<downloaded folder>))",
+                unsupported,
+                folder,
+                name,
+                folder.name,
+            )
+            self.log_artifact(folder, name)
+            return
+        what = f"model {folder}"
+        if not self.active:
+            self.unlogged.append(what)
+            return
+        self._call(what, self._log_sentence_transformer, folder, name)
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        """Log params known only after the run started (nested keys dotted)."""
+        flat = {sanitize_key(k): param_value(v) for k, v in flatten(params).items()}
+        what = f"params: {len(flat)} keys"
+        if not self.active:
+            self.unlogged.append(what)
+            return
+        from mlflow.entities import Param
+
+        self._call(what, self._log_batch, params=[Param(k, v) for k, v in flat.items()])
 
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
         """Upload a file (or a folder, under its own name) to the run."""
@@ -336,6 +445,24 @@ class RunLogger:
         self._call(f"run end status={status}", self._client.set_terminated, self.run_id, status)
 
     # -- helpers ----------------------------------------------------------------------------------
+
+    def _log_sentence_transformer(self, folder: Path, name: str) -> None:
+        import mlflow
+        import sentence_transformers
+        from mlflow.models import Model
+
+        model = sentence_transformers.SentenceTransformer(str(folder), device="cpu")
+        mlflow.set_tracking_uri(self.tracking_uri)
+        requirement = f"sentence-transformers=={sentence_transformers.__version__}"
+        info = Model.log(
+            artifact_path=None,
+            name=name,
+            flavor=mlflow.sentence_transformers,
+            run_id=self.run_id,
+            model=model,
+            pip_requirements=[requirement],
+        )
+        self.model_uri = info.model_uri
 
     def _tags(self, tags: Mapping[str, str]) -> list[Any]:
         from mlflow.entities import RunTag

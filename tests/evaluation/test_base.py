@@ -12,8 +12,11 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from sentemb.config import ConfigError
 from sentemb.data.download import DataUnavailable
 from sentemb.evaluation.base import (
+    CHINESE,
+    ENGLISH,
     UnusableVectors,
     check_vectors,
     embed,
@@ -24,6 +27,7 @@ from sentemb.evaluation.base import (
 from sentemb.evaluation.chinese import ChineseConfig, ChineseEvaluator
 from sentemb.evaluation.retrieval import RetrievalConfig, RetrievalEvaluator
 from sentemb.evaluation.sts import STSConfig, STSEvaluator
+from sentemb.evaluation.suites import PAIR_SUITES, SUITES
 from sentemb.evaluation.transfer import TransferConfig, TransferEvaluator
 
 STSB = "senteval/data/downstream/STS/STSBenchmark"
@@ -145,20 +149,56 @@ def test_an_absence_nothing_explains_is_an_error_at_the_stage(tmp_path: Path) ->
         require_complete(evaluator, "sts", metrics)
 
 
-@pytest.mark.parametrize(
-    "evaluator",
-    [
-        lambda root: STSEvaluator(root, 4),
-        lambda root: TransferEvaluator(root, 4, TransferConfig(kfold=2, inner_kfold=2)),
-        lambda root: ChineseEvaluator(root, 4, ChineseConfig()),
-        lambda root: RetrievalEvaluator(root, 4, RetrievalConfig()),
-    ],
-    ids=["sts", "transfer", "chinese", "retrieval"],
-)
-def test_every_task_skipped_is_an_error(tmp_path: Path, evaluator) -> None:
+@pytest.mark.parametrize("suite", list(SUITES))
+def test_every_task_skipped_is_an_error(tmp_path: Path, suite: str) -> None:
     write_manifest(tmp_path, [], {"STS12": "no network", "MR": "no network"})
-    scored = evaluator(tmp_path)
+    params = {"eval": {"transfer": {"kfold": 2, "inner_kfold": 2}}}
+    scored = SUITES[suite].build(params, tmp_path, 4)
     metrics = scored(FixedEncoder(distinct))
     assert metrics == {}
     with pytest.raises(DataUnavailable, match="no task could be scored under"):
-        require_complete(scored, "sts", metrics)
+        require_complete(scored, suite, metrics)
+
+
+def test_each_suite_is_declared_once_with_what_its_readers_need() -> None:
+    """`SUITES` in report order: its evaluator and config (built from `eval.<name>`), the
+    languages it scores, whether it keeps pairs, and a report title and columns ending in avg."""
+    assert list(SUITES) == ["sts", "transfer", "chinese", "retrieval"]
+    assert PAIR_SUITES == ("sts", "chinese")
+    expected = {
+        "sts": (STSEvaluator, STSConfig, (ENGLISH,)),
+        "transfer": (TransferEvaluator, TransferConfig, (ENGLISH,)),
+        "chinese": (ChineseEvaluator, ChineseConfig, (CHINESE,)),
+        "retrieval": (RetrievalEvaluator, RetrievalConfig, (ENGLISH, CHINESE)),
+    }
+    for name, suite in SUITES.items():
+        assert (suite.evaluator, suite.config, suite.languages) == expected[name]
+        assert suite.name == name and suite.section == f"eval.{name}"
+        assert suite.title and suite.columns[-1] == "avg"
+        assert isinstance(suite.build({}, Path("data"), 4), suite.evaluator)
+    with pytest.raises(ConfigError, match=r"^eval\.sts: unknown key"):
+        SUITES["sts"].build({"eval": {"sts": {"taks": []}}}, Path("data"), 4)
+
+
+class SeenEncoder(FixedEncoder):
+    """`FixedEncoder(distinct)` that records the sentences it encodes."""
+
+    def __init__(self) -> None:
+        super().__init__(distinct)
+        self.seen: list[str] = []
+
+    def encode(self, sentences: Sequence[str], batch_size: int = 128) -> np.ndarray:
+        self.seen += sentences
+        return super().encode(sentences, batch_size)
+
+
+def test_every_evaluator_takes_encoders_by_language_or_one_for_all(tmp_path: Path) -> None:
+    """One call signature: a mapping by language (each suite reads only its languages), or one
+    encoder for every language, with the same scores."""
+    write_stsb(tmp_path, STSB_LINES)
+    write_manifest(tmp_path, ["STSBenchmark"], {})
+    english, chinese = SeenEncoder(), SeenEncoder()
+    evaluator = sts_only(tmp_path)
+    by_language = evaluator({ENGLISH: english, CHINESE: chinese})
+    assert english.seen and not chinese.seen
+    assert evaluator(FixedEncoder(distinct)) == by_language

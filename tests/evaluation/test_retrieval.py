@@ -15,6 +15,7 @@ from sklearn.metrics import average_precision_score
 
 from sentemb.config import ConfigError, from_dict
 from sentemb.data.readers import DataFormatError, PairSet, read_askubuntu, read_qqp
+from sentemb.evaluation.base import CHINESE, ENGLISH
 from sentemb.evaluation.retrieval import (
     RetrievalConfig,
     RetrievalEvaluator,
@@ -330,7 +331,7 @@ def test_config_checks_ranges_and_names() -> None:
 def test_offline_qqp_protocol_on_the_mirror(mirror: Path) -> None:
     english, chinese = CharEncoder(), CharEncoder()
     evaluator = RetrievalEvaluator(mirror, batch_size=512)
-    results = evaluator(english, chinese_encoder=chinese)
+    results = evaluator({ENGLISH: english, CHINESE: chinese})
     sets = ("LCQMC", "BQ", "MRPC")
     expected = {f"QQP-protocol/{s}/{m}" for s in sets for m in ("map", "mrr@10")} | {"avg"}
     assert set(results) == expected

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from sklearn.feature_extraction.text import HashingVectorizer
+from sklearn.model_selection import GridSearchCV, cross_validate
 
 from sentemb.config import ConfigError, section
 from sentemb.data.sources import SENTEVAL_DIR
@@ -18,9 +19,12 @@ from sentemb.evaluation.transfer import (
     TRANSFER_TASKS,
     TransferConfig,
     TransferEvaluator,
+    _best,
+    _folds,
     _senteval_order,
     cv_select,
     dev_select,
+    logistic_regression,
     nested_cv,
 )
 
@@ -55,6 +59,59 @@ def test_nested_cv_gives_the_same_result_for_sparse_features() -> None:
     dense, sparse = nested_cv(X, y, config), nested_cv(sp.csr_matrix(X), y, config)
     assert sparse.test == pytest.approx(dense.test)
     assert sparse.chosen == dense.chosen
+
+
+@pytest.mark.parametrize("warm_start", [False, True])
+def test_ties_go_to_the_first_c_of_the_grid_not_the_smallest(warm_start: bool) -> None:
+    # rows: folds, columns: the grid's C values; C 1 and 2 tie on the mean accuracy 0.75
+    assert _best([np.array([0.5, 0.75, 0.5]), np.array([0.5, 0.75, 1.0])]) == (1, 0.75)
+    X, y = blobs([-3.0, 3.0], per_class=12)
+    result = nested_cv(X, y, TransferConfig(**FAST, regs=[2.0, 0.5, 1.0], warm_start=warm_start))
+    assert result.chosen == [2.0, 2.0, 2.0]  # the path runs 0.5, 1, 2; the pick is the grid's first
+    model, _ = cv_select(X, y, TransferConfig(**FAST, kfold_regs=[8.0, 4.0], warm_start=warm_start))
+    assert model.C == 8.0
+
+
+def overlapping_imbalanced() -> tuple[np.ndarray, np.ndarray]:
+    """30 negatives around (-0.5, -0.5) and 10 positives around (0.5, 0.5), unit spread: the
+    inner CV picks a different C in different outer folds."""
+    rng = np.random.default_rng(2)
+    X = np.vstack([rng.normal(-0.5, 1.0, (30, 2)), rng.normal(0.5, 1.0, (10, 2))])
+    return X, np.repeat([0, 1], [30, 10])
+
+
+@pytest.mark.parametrize("warm_start", [False, True])
+def test_nested_cv_equals_grid_search_in_cross_validate(warm_start: bool) -> None:
+    """Each fold's C grid in one job (cold, or warm-started along C) against the protocol as
+    scikit-learn writes it: a cold `GridSearchCV` over C (ties to the first) inside
+    `cross_validate`, on the same folds. The problem is small enough for lbfgs to converge."""
+    X, y = overlapping_imbalanced()
+    config = TransferConfig(
+        kfold=4, inner_kfold=3, n_jobs=1, regs=[0.01, 0.1, 1.0, 10.0], warm_start=warm_start
+    )
+    search = GridSearchCV(
+        logistic_regression(config), {"C": config.regs}, cv=_folds(config.inner_kfold, config)
+    )
+    reference = cross_validate(search, X, y, cv=_folds(config.kfold, config), return_estimator=True)
+    result = nested_cv(X, y, config)
+    assert result.chosen == [0.01, 10.0, 0.01, 10.0]  # C matters here
+    assert result.chosen == [est.best_params_["C"] for est in reference["estimator"]]
+    assert result.test == 100.0 * np.mean(reference["test_score"]) == 67.5
+    assert result.dev == 100.0 * np.mean([est.best_score_ for est in reference["estimator"]])
+
+
+@pytest.mark.parametrize("warm_start", [False, True])
+def test_cv_select_equals_grid_search(warm_start: bool) -> None:
+    X, y = overlapping_imbalanced()
+    config = TransferConfig(
+        kfold=4, n_jobs=1, kfold_regs=[0.01, 0.1, 1.0, 10.0], warm_start=warm_start
+    )
+    search = GridSearchCV(
+        logistic_regression(config), {"C": config.kfold_regs}, cv=_folds(config.kfold, config)
+    ).fit(X, y)
+    model, dev = cv_select(X, y, config)
+    assert (model.C, dev) == (search.best_params_["C"], 100.0 * search.best_score_)
+    assert np.array_equal(model.coef_, search.best_estimator_.coef_)  # the same cold refit
 
 
 def test_cv_select_refits_the_first_best_c_on_all_of_train() -> None:

@@ -33,6 +33,8 @@ from sentemb.data.download import MANIFEST, DataUnavailable
 from sentemb.data.sources import DATASETS
 
 Embeddings = np.ndarray | sp.spmatrix | sp.sparray
+ENGLISH, CHINESE = "english", "chinese"  # the languages an evaluator scores
+LANGUAGES = (ENGLISH, CHINESE)
 
 
 class UnusableVectors(UserError, ValueError):
@@ -45,7 +47,12 @@ class SentenceEncoder(Protocol):
 
 
 class Evaluator(ABC):
-    """One benchmark suite: reads its data under `root`, scores an encoder."""
+    """One benchmark suite: reads its data under `root`, scores encoders keyed by language.
+
+    Every evaluator is called the same way: `evaluator(encoders)` with `encoders` mapping
+    `ENGLISH` and `CHINESE` to the encoder of that language's sentences, or one encoder for
+    every language. Subclasses implement `score`, which picks the languages it needs.
+    """
 
     def __init__(self, root: Path, batch_size: int = 128) -> None:
         self.root, self.batch_size = Path(root), batch_size
@@ -53,8 +60,16 @@ class Evaluator(ABC):
         self.unexplained: dict[str, str] = {}  # skipped with no manifest saying why
         self.pairs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
+    def __call__(
+        self, encoders: SentenceEncoder | Mapping[str, SentenceEncoder]
+    ) -> dict[str, float]:
+        if not isinstance(encoders, Mapping):
+            encoders = dict.fromkeys(LANGUAGES, encoders)
+        return self.score(encoders)
+
     @abstractmethod
-    def __call__(self, encoder: SentenceEncoder) -> dict[str, float]: ...
+    def score(self, encoders: Mapping[str, SentenceEncoder]) -> dict[str, float]:
+        """Flat metrics of the encoders (`ENGLISH`, `CHINESE`: the languages this suite reads)."""
 
     def available(self, dataset: str, split: str = "") -> bool:
         """Whether the files of `dataset` (those naming `split`, if given) are under the root.
@@ -110,17 +125,58 @@ def for_set(encoder: SentenceEncoder, dataset: str) -> SentenceEncoder:
     return encoder if select is None else select(dataset)
 
 
+class CachedEncoder:
+    """The one encode path: `encoder`'s vector of each distinct sentence, encoded once for the
+    life of this object, and every call's vectors checked (`check_vectors`).
+
+    Wrap an encoder whose vector of a sentence depends on that sentence alone (a model, or a
+    refinement with fitted statistics) for no longer than its weights stay as they are: the
+    evaluate stage keeps one per model for plain and refined scoring, the refine stage one
+    through its λ search. `embed` wraps any other encoder anew on each call, so training's dev
+    evaluation never reuses a vector across weight updates. Sparse rows (the TF-IDF baseline)
+    are never cached: without a corpus TF-IDF fits its IDF on each call's sentences, so a row
+    depends on the call, and it has no forward pass worth saving; each call encodes its
+    distinct sentences once.
+    """
+
+    def __init__(self, encoder: SentenceEncoder) -> None:
+        self.encoder = encoder
+        self.cache: dict[str, np.ndarray] = {}
+        self.sparse = False  # set by the first call whose rows are sparse
+
+    @property
+    def mask_token(self) -> str | None:
+        """The mask token of the wrapped encoder's tokenizer (None without one; RepAL's)."""
+        return getattr(getattr(self.encoder, "tokenizer", None), "mask_token", None)
+
+    def encode(self, sentences: Sequence[str], batch_size: int = 128) -> Embeddings:
+        """One row per sentence, in order; an `UnusableVectors` error if they cannot be scored."""
+        unique = list(dict.fromkeys(sentences))
+        if not unique:
+            return self.encoder.encode([], batch_size)
+        new = unique if self.sparse else [s for s in unique if s not in self.cache]
+        rows = self.encoder.encode(new, batch_size) if new else None
+        if sp.issparse(rows):  # the cache was empty or bypassed, so `new` is `unique`
+            self.sparse = True
+        else:
+            if rows is not None:
+                self.cache.update(zip(new, np.asarray(rows), strict=True))
+            rows = np.stack([self.cache[s] for s in unique])
+        check_vectors(rows)
+        if len(unique) == len(sentences):
+            return rows
+        row = {s: i for i, s in enumerate(unique)}
+        return rows[[row[s] for s in sentences]]
+
+
 def embed(
     encoder: SentenceEncoder, sentences: Sequence[str], batch_size: int
 ) -> tuple[Embeddings, dict[str, int]]:
-    """Encode the unique sentences once; return the rows and each sentence's row index.
-
-    Vectors that cannot be scored are an `UnusableVectors` error (`check_vectors`).
-    """
+    """The rows of the distinct sentences, checked, and each sentence's row index: through
+    `encoder`'s cache when it is a `CachedEncoder`, else through one for this call alone."""
     unique = list(dict.fromkeys(sentences))
-    vectors = encoder.encode(unique, batch_size=batch_size)
-    check_vectors(vectors)
-    return vectors, {s: i for i, s in enumerate(unique)}
+    cached = encoder if isinstance(encoder, CachedEncoder) else CachedEncoder(encoder)
+    return cached.encode(unique, batch_size), {s: i for i, s in enumerate(unique)}
 
 
 def check_vectors(vectors: Embeddings) -> None:

@@ -6,6 +6,7 @@ each senteval_cn set, no training, labels 0/1 except STS-B (0-5).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import numpy as np
 
 from sentemb.data.readers import read_chinese
 from sentemb.data.sources import CHINESE_SETS
-from sentemb.evaluation.base import Evaluator, SentenceEncoder, for_set, spearman
+from sentemb.evaluation.base import CHINESE, Evaluator, SentenceEncoder, for_set, spearman
 from sentemb.evaluation.sts import cosine_scores
 
 
@@ -52,7 +53,8 @@ class ChineseEvaluator(Evaluator):
         self.config = config or ChineseConfig()
         self.split = split
 
-    def __call__(self, encoder: SentenceEncoder) -> dict[str, float]:
+    def score(self, encoders: Mapping[str, SentenceEncoder]) -> dict[str, float]:
+        encoder = encoders[CHINESE]
         sets = {
             task: read_chinese(self.root, task, self.split)
             for task in self.config.tasks

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,6 +52,8 @@ from sentemb.data.readers import (
     read_qqp,
 )
 from sentemb.evaluation.base import (
+    CHINESE,
+    ENGLISH,
     Embeddings,
     Evaluator,
     SentenceEncoder,
@@ -309,11 +311,10 @@ class RetrievalEvaluator(Evaluator):
         super().__init__(root, batch_size)
         self.config = config or RetrievalConfig()
 
-    def __call__(
-        self, encoder: SentenceEncoder, chinese_encoder: SentenceEncoder | None = None
-    ) -> dict[str, float]:
-        """Scores x 100; `chinese_encoder` (default: `encoder`) encodes the Chinese sets."""
+    def score(self, encoders: Mapping[str, SentenceEncoder]) -> dict[str, float]:
+        """Scores x 100; the `CHINESE` encoder encodes the Chinese sets, `ENGLISH` the others."""
         cfg, results = self.config, {}
+        encoder = encoders[ENGLISH]
         self.skipped = {}
         if self.available("QQP"):
             task = qqp_task(read_qqp(self.root, cfg.qqp_splits), cfg.exclude_query)
@@ -330,9 +331,9 @@ class RetrievalEvaluator(Evaluator):
             if name == "MRPC":
                 pairs, set_encoder = read_mrpc(self.root, "test")[0], encoder
             else:
-                pairs, set_encoder = read_chinese(self.root, name, "test"), chinese_encoder
+                pairs, set_encoder = read_chinese(self.root, name, "test"), encoders[CHINESE]
             task = qqp_task(pairs, cfg.exclude_query)
-            set_encoder = for_set(set_encoder or encoder, name)
+            set_encoder = for_set(set_encoder, name)
             self._retrieval(f"{PROTOCOL_PREFIX}/{name}", task, set_encoder, results)
         maps = [value for key, value in results.items() if key.endswith("/map")]
         if maps:

@@ -7,6 +7,7 @@ pair-weighted (`wmean`) averages, as SentEval reports them, are kept beside it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,7 +15,14 @@ import numpy as np
 
 from sentemb.data.readers import PairSet, read_sick, read_sts_year, read_stsb
 from sentemb.data.sources import STS_SUBSETS
-from sentemb.evaluation.base import Evaluator, SentenceEncoder, embed, rowwise_cosine, spearman
+from sentemb.evaluation.base import (
+    ENGLISH,
+    Evaluator,
+    SentenceEncoder,
+    embed,
+    rowwise_cosine,
+    spearman,
+)
 
 STS_TASKS = (*STS_SUBSETS, "STSBenchmark", "SICKRelatedness")
 DEV_TASKS = ("STSBenchmark", "SICKRelatedness")
@@ -80,9 +88,9 @@ class STSEvaluator(Evaluator):
                 )
         return sets
 
-    def __call__(self, encoder: SentenceEncoder) -> dict[str, float]:
+    def score(self, encoders: Mapping[str, SentenceEncoder]) -> dict[str, float]:
         sets = self._pair_sets()
-        scores = cosine_scores(encoder, sets, self.batch_size)
+        scores = cosine_scores(encoders[ENGLISH], sets, self.batch_size)
         self.pairs = {name: (scores[name], pairs.gold) for name, pairs in sets.items()}
         metrics: dict[str, float] = {}
         for year in (t for t in STS_SUBSETS if f"{t}/{STS_SUBSETS[t][0]}" in sets):

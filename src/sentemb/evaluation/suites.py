@@ -1,33 +1,101 @@
-"""One evaluator per suite and the encoder it scores, each made from the params file."""
+"""The evaluation suites, each declared once, and the encoders they score.
+
+`SUITES` is the one list of suites, in report order: what each is called (its params section is
+`eval.<name>`, its metrics file `<name>.json`), its evaluator and config, the languages it reads,
+whether it keeps each pair's scores (`predictions/<model>/<name>.npz`, compare's bootstrap) and
+its report table. The evaluate stage, refinement, compare and the report read it; `dvc.yaml`
+lists each suite's metrics file, and a test checks those outputs against `SUITES`.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sentemb.config import section
 from sentemb.encoder import Encoder, ModelConfig
-from sentemb.evaluation.base import Evaluator, SentenceEncoder
+from sentemb.evaluation.base import CHINESE, ENGLISH, Evaluator, SentenceEncoder
 from sentemb.evaluation.chinese import ChineseConfig, ChineseEvaluator
 from sentemb.evaluation.retrieval import RetrievalConfig, RetrievalEvaluator
 from sentemb.evaluation.sts import STSConfig, STSEvaluator
 from sentemb.evaluation.transfer import TransferConfig, TransferEvaluator
 from sentemb.tfidf import TfidfConfig, TfidfEncoder
 
-SUITES = ("sts", "transfer", "chinese", "retrieval")
-PAIR_SUITES = ("sts", "chinese")  # scored by Spearman over pairs: their evaluators keep `pairs`
+
+@dataclass(frozen=True)
+class Suite:
+    """One suite's declaration: `evaluator(root, batch_size, config)` scores it."""
+
+    name: str
+    evaluator: type[Evaluator]
+    config: type
+    languages: tuple[str, ...]  # the encoders it scores (ENGLISH, CHINESE)
+    pairs: bool  # scored by Spearman over pairs: its evaluator keeps `pairs`
+    title: str  # the report's heading
+    columns: tuple[str, ...]  # the report's columns, metric keys
+
+    @property
+    def section(self) -> str:
+        """Its params section."""
+        return f"eval.{self.name}"
+
+    def build(self, params: dict[str, Any], root: Path, batch_size: int) -> Evaluator:
+        """The evaluator, configured by the params section `eval.<name>`."""
+        return self.evaluator(root, batch_size, section(params, self.section, self.config))
 
 
-def build_evaluator(suite: str, params: dict[str, Any], root: Path, batch_size: int) -> Evaluator:
-    """The evaluator of `suite`, configured by the params section `eval.<suite>`."""
-    configs = {
-        "sts": (STSEvaluator, STSConfig),
-        "transfer": (TransferEvaluator, TransferConfig),
-        "chinese": (ChineseEvaluator, ChineseConfig),
-        "retrieval": (RetrievalEvaluator, RetrievalConfig),
-    }
-    evaluator_cls, config_cls = configs[suite]
-    return evaluator_cls(root, batch_size, section(params, f"eval.{suite}", config_cls))
+SUITES: dict[str, Suite] = {
+    suite.name: suite
+    for suite in (
+        Suite(
+            "sts",
+            STSEvaluator,
+            STSConfig,
+            (ENGLISH,),
+            True,
+            "STS (Spearman x 100 of cosine vs gold; STS12-16 pooled, the 'all' setting)",
+            ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness", "avg"),
+        ),
+        Suite(
+            "transfer",
+            TransferEvaluator,
+            TransferConfig,
+            (ENGLISH,),
+            False,
+            "Transfer (SentEval accuracy)",
+            ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC", "avg"),
+        ),
+        Suite(
+            "chinese",
+            ChineseEvaluator,
+            ChineseConfig,
+            (CHINESE,),
+            True,
+            "Chinese STS (Spearman x 100)",
+            ("ATEC", "BQ", "LCQMC", "PAWSX", "STS-B", "avg"),
+        ),
+        Suite(
+            "retrieval",
+            RetrievalEvaluator,
+            RetrievalConfig,
+            (ENGLISH, CHINESE),
+            False,
+            "Retrieval (MAP / MRR@10 x 100)",
+            (
+                "QQP/map",
+                "QQP/mrr@10",
+                "AskUbuntu/map",
+                "AskUbuntu/mrr@10",
+                "QQP-protocol/LCQMC/map",
+                "QQP-protocol/BQ/map",
+                "QQP-protocol/MRPC/map",
+                "avg",
+            ),
+        ),
+    )
+}
+PAIR_SUITES = tuple(name for name, suite in SUITES.items() if suite.pairs)
 
 
 def load_encoder(name: str, language: str, params: dict[str, Any], data: Path) -> SentenceEncoder:

@@ -370,8 +370,11 @@ class Trainer:
             differs,
         )
 
-    def train(self, output: Path) -> TrainResult:
-        """Train to `total_steps`, evaluating every `eval_steps`; the best model goes to `output`.
+    def train(
+        self, output: Path, finish: Callable[[Path, TrainResult], None] | None = None
+    ) -> TrainResult:
+        """Train to `total_steps`, evaluating every `eval_steps`; the best model goes to `output`
+        (`finish(folder, result)` adds files to it, such as its model card, before it appears).
 
         Checkpoints live in `checkpoint_dir/<run key hash>/`, so a killed run restarted with the
         same key resumes, and one with another key starts afresh saying which part differs;
@@ -379,9 +382,11 @@ class Trainer:
         """
         hold = exclusive(self.checkpoint_dir) if self.rank == 0 else contextlib.nullcontext()
         with hold:
-            return self._train(output)
+            return self._train(output, finish)
 
-    def _train(self, output: Path) -> TrainResult:
+    def _train(
+        self, output: Path, finish: Callable[[Path, TrainResult], None] | None
+    ) -> TrainResult:
         result = self._resume()
         if result.steps == 0:
             if self.rank == 0:
@@ -390,7 +395,8 @@ class Trainer:
                 dist.barrier()
         best_dir = self.run_dir / "best"
         started = time.perf_counter()
-        bar = tqdm(range(result.steps, self.total_steps), desc="train", disable=self.rank != 0)
+        quiet = True if self.rank != 0 else None  # None: a bar only when stderr is a terminal
+        bar = tqdm(range(result.steps, self.total_steps), desc="train", disable=quiet)
         for step in bar:
             logs = self.step(step)
             result.steps = step + 1
@@ -407,6 +413,8 @@ class Trainer:
         if self.rank == 0:
             with atomic_path(output, folder=True) as tmp:
                 shutil.copytree(best_dir, tmp)
+                if finish is not None:
+                    finish(tmp, result)
             shutil.rmtree(self.run_dir)
         return result
 

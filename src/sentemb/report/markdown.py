@@ -1,8 +1,8 @@
 """The Markdown summary of stage `compare` (`reports/summary.md`), in the papers' layout.
 
-Tables per suite (STS x7 + avg, transfer x7 + avg, Chinese x5 + avg, retrieval): a row per method
-with mean ± std over seeds, its refined rows, then the single-run reference rows; the paired
-tests against the baseline; the protocol and the deviations from the papers.
+A table per suite, titled and with the columns its declaration gives (`evaluation.suites.SUITES`):
+a row per method with mean ± std over seeds, its refined rows, then the single-run reference
+rows; the paired tests against the baseline; the protocol and the deviations from the papers.
 """
 
 from __future__ import annotations
@@ -10,34 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sentemb.compare import NO_DIFFERENCE, NOISE
 from sentemb.config import section
 from sentemb.encoder import ModelConfig
 from sentemb.evaluation.chinese import ChineseConfig
-from sentemb.refine import RefineConfig
+from sentemb.evaluation.suites import SUITES
+from sentemb.postprocess import RefineConfig
+from sentemb.report.stats import NO_DIFFERENCE, NOISE
 from sentemb.training.config import TrainConfig
 
-COLUMNS = {
-    "sts": ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness", "avg"],
-    "transfer": ["MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC", "avg"],
-    "chinese": ["ATEC", "BQ", "LCQMC", "PAWSX", "STS-B", "avg"],
-    "retrieval": [
-        "QQP/map",
-        "QQP/mrr@10",
-        "AskUbuntu/map",
-        "AskUbuntu/mrr@10",
-        "QQP-protocol/LCQMC/map",
-        "QQP-protocol/BQ/map",
-        "QQP-protocol/MRPC/map",
-        "avg",
-    ],
-}
-TITLES = {
-    "sts": "STS (Spearman x 100 of cosine vs gold; STS12-16 pooled, the 'all' setting)",
-    "transfer": "Transfer (SentEval accuracy)",
-    "chinese": "Chinese STS (Spearman x 100)",
-    "retrieval": "Retrieval (MAP / MRR@10 x 100)",
-}
 REFINED = {"repal": "RepAL", "whitening": "whitening"}
 PAPER_CORPUS = 1_000_000
 PAPER_BACKBONES = ("bert-base", "bert-large", "roberta-base", "roberta-large")
@@ -105,7 +85,7 @@ def suite_table(
 ) -> str:
     """Rows: each method (`methods[m][suite]` and `[f"{suite}/{refinement}"]` hold per-key
     mean/std/n), then each single run (`singles[name][suite]`: a metrics file's content)."""
-    keys = COLUMNS[suite]
+    keys = SUITES[suite].columns
     rows = []
     for method, sections in methods.items():
         for name, label in (
@@ -142,7 +122,7 @@ def paired_table(
     rows = []
     for method, suites in paired.items():
         for suite, tasks in suites.items():
-            for task in sorted(tasks, key=lambda k: COLUMNS[suite].index(k)):
+            for task in sorted(tasks, key=SUITES[suite].columns.index):
                 r = tasks[task]
                 p = "-" if r["p_seeds"] is None else f"{r['p_seeds']:.3f}"
                 rows.append(
@@ -186,8 +166,8 @@ def summary(
         " over seeds. Reference rows are single runs (deterministic). Produced by stage"
         " `compare` (`dvc repro`).",
     ]
-    for suite in COLUMNS:
-        parts += [f"## {TITLES[suite]}", suite_table(suite, methods, singles)]
+    for suite in SUITES.values():
+        parts += [f"## {suite.title}", suite_table(suite.name, methods, singles)]
     if paired:
         parts += [
             f"## Against {baseline}",

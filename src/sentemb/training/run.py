@@ -1,0 +1,183 @@
+"""One training run as the `train` stage does it: every input checked before the model is loaded,
+the run key, model selection on the dev sets, the metrics and the model card.
+
+    job = prepare(spec, seed, params, data)          # inputs checked, model loaded, run key
+    result = job.train(out, checkpoints, on_log)     # the best model (with its card) in `out`
+    metrics = job.metrics(result)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sentemb.config import ConfigError, run_plan, section
+from sentemb.data.readers import DataFormatError, training_corpus
+from sentemb.data.sources import DATASETS
+from sentemb.encoder import Encoder, ModelConfig, model_identity
+from sentemb.evaluation.sts import STSEvaluator
+from sentemb.methods import CombinedMethod
+from sentemb.methods.base import parse_spec
+from sentemb.methods.paser import PaSeRConfig
+from sentemb.training.checkpoint import files_hash, lines_hash, source_hash
+from sentemb.training.config import TrainConfig
+from sentemb.training.loop import Trainer, TrainResult
+from sentemb.training.modelcard import CardInfo, write_model_card
+
+SELECTION = {  # train.selection -> the dev sets averaged: (metric, dataset, its file's name part)
+    "stsb": [("STSBenchmark/dev", "STSBenchmark", "sts-dev")],
+    "stsb+sick": [
+        ("STSBenchmark/dev", "STSBenchmark", "sts-dev"),
+        ("SICKRelatedness/dev", "SICK", "SICK_trial"),
+    ],
+}
+
+
+def dev_files(root: Path, selection: str) -> list[Path]:
+    """The files model selection reads; a missing one is an error before anything is built."""
+    files = [
+        root / f.path
+        for _, dataset, part in SELECTION[selection]
+        for f in DATASETS[dataset].files
+        if part in Path(f.path).name
+    ]
+    for path in files:
+        if not path.is_file():
+            raise DataFormatError(
+                f"{path}: not found; train.selection: {selection} selects the model on it "
+                "(download it: data.datasets)"
+            )
+    return files
+
+
+@dataclass
+class TrainingJob:
+    """A run ready to train: its inputs read and checked, the model loaded, its run key."""
+
+    spec: str
+    seed: int
+    model: ModelConfig
+    config: TrainConfig
+    sentences: list[str]
+    corpus: str
+    encoder: Encoder
+    method: CombinedMethod
+    run_key: dict[str, Any]
+    dev: STSEvaluator
+
+    def dev_score(self, model: Encoder) -> float:
+        """The mean of the selection's dev metrics (SimCSE §3: STS-B dev Spearman)."""
+        metrics = self.dev(model)
+        return float(np.mean([metrics[key] for key, _, _ in SELECTION[self.config.selection]]))
+
+    def train(
+        self,
+        out: Path,
+        checkpoints: Path,
+        on_log: Callable[[dict[str, float], int], None] | None = None,
+    ) -> TrainResult | None:
+        """Train; the best model goes to `out` with its model card. None on ranks other than 0."""
+        trainer = Trainer(
+            self.encoder,
+            self.method,
+            self.config,
+            self.sentences,
+            self.dev_score,
+            self.seed,
+            checkpoints,
+            self.run_key,
+            on_log=on_log,
+            corpus=self.corpus,
+        )
+        result = trainer.train(out, finish=self.write_card)
+        return result if trainer.rank == 0 else None
+
+    def metrics(self, result: TrainResult) -> dict[str, Any]:
+        """The stage's metrics file (without the wall time, which the tracking run adds)."""
+        return {
+            "method": self.spec,
+            "best_dev": result.best_score,
+            "best_step": result.best_step,
+            "initial_dev": result.initial_dev,
+            "steps": result.steps,
+            "final_loss": result.loss_curve[-1]["loss"] if result.loss_curve else None,
+            "sentences": len(self.sentences),
+            "selection": self.config.selection,
+            "warnings": result.warnings,
+        }
+
+    def write_card(self, folder: Path, result: TrainResult) -> None:
+        """The model card of the folder being written (`README.md`)."""
+        params = {"train": self.run_key["train"], "simcse": self.run_key["simcse"]}
+        params |= {name: self.run_key[name] for name in self.method.parts}
+        shown = ("best_dev", "best_step", "initial_dev", "steps", "final_loss", "sentences")
+        metrics = {k: v for k, v in self.metrics(result).items() if k in shown}
+        metrics["selection"] = " + ".join(key for key, _, _ in SELECTION[self.config.selection])
+        info = CardInfo(
+            base_model=self.model.name_or_path,
+            pooler=self.config.eval_pooler,
+            train_max_length=self.config.max_length,
+            max_length=self.encoder.max_length,
+            dim=self.encoder.backbone.config.hidden_size,
+            method=self.spec,
+            seed=self.seed,
+            params=params,
+            metrics=metrics,
+            corpus=f"{len(self.sentences)} sentences ({self.config.corpus} corpus)",
+            warnings=result.warnings,
+        )
+        write_model_card(folder, info)
+
+
+def prepare(spec: str, seed: int, params: Mapping[str, Any], data: Path) -> TrainingJob:
+    """Check every input of a run (method spec, seed, params, corpus, dev sets, PaSeR's phrases),
+    then load the model and build the method and the run key: everything that defines the run
+    (params of every part, data hashes, the model's weights, the code), so a checkpoint resumes
+    only the same run."""
+    run_plan(params)  # a string `methods` would make DVC's matrix run one stage per character
+    names = parse_spec(spec)
+    spec = "+".join(names)
+    if seed < 0:
+        raise ConfigError(f"--seed: expected an integer >= 0, got {seed}")
+    model_config = section(params, "model", ModelConfig)
+    config = section(params, "train", TrainConfig)
+    sentences = list(training_corpus(data, config.corpus))
+    corpus = (
+        str(data / "corpus" / "train.txt")
+        if config.corpus == "wiki"
+        else f"the STS sets under {data} (train.corpus: sts)"
+    )
+    hashes = {"corpus": lines_hash(sentences), "dev": files_hash(dev_files(data, config.selection))}
+    if "paser" in names:
+        phrases = Path(section(params, "paser", PaSeRConfig).phrases)
+        if not phrases.is_file():
+            raise ConfigError(f"paser.phrases: {phrases}: not found; run the phrases stage first")
+        hashes["phrases"] = files_hash([phrases])
+    encoder = Encoder.from_pretrained(
+        model_config.name_or_path,
+        config.pooler,
+        None,
+        model_config.trust_remote_code,
+        model_config.precision,
+    )
+    weights = model_identity(model_config.name_or_path, encoder).sha256
+    method = CombinedMethod(spec, params, encoder, seed)
+    method.check_corpus(sentences)  # PaSeR's phrases must be those of this corpus
+    run_key = {
+        "method": spec,
+        "seed": seed,
+        "model": {**asdict(model_config), "weights": weights},
+        "train": asdict(config),
+        "simcse": asdict(method.base),
+        **{name: asdict(part.config) for name, part in method.parts.items()},
+        "data": hashes,
+        "code": source_hash(),
+    }
+    dev = STSEvaluator(data, model_config.batch_size, split="dev")
+    return TrainingJob(
+        spec, seed, model_config, config, sentences, corpus, encoder, method, run_key, dev
+    )

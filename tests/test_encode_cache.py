@@ -1,0 +1,121 @@
+"""The one encode path (`evaluation.base.CachedEncoder`): each distinct sentence encoded once for
+the life of the object, every call's vectors checked, sparse TF-IDF rows never cached, and
+training's dev evaluation encoding every dev sentence again after each weight update."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import make_trainer
+
+from sentemb.encoder import Encoder
+from sentemb.evaluation.base import CachedEncoder, UnusableVectors, embed
+from sentemb.evaluation.sts import STSEvaluator
+from sentemb.tfidf import TfidfEncoder
+
+STSB = "senteval/data/downstream/STS/STSBenchmark"
+
+
+class CountingEncoder:
+    """A vector per sentence from a table (default: from its length), recording each call."""
+
+    def __init__(self, table: dict[str, np.ndarray] | None = None) -> None:
+        self.table = table or {}
+        self.calls: list[list[str]] = []
+
+    def encode(self, sentences: Sequence[str], batch_size: int = 128) -> np.ndarray:
+        self.calls.append(list(sentences))
+        rows = [self.table.get(s, np.array([1.0, float(len(s))])) for s in sentences]
+        return np.stack(rows).astype(np.float32) if rows else np.zeros((0, 2), np.float32)
+
+
+def test_each_distinct_sentence_is_encoded_once_for_the_life_of_the_object() -> None:
+    inner = CountingEncoder()
+    cached = CachedEncoder(inner)
+    first = cached.encode(["a", "bb", "a"])
+    second = cached.encode(["ccc", "bb", "ccc", "a"])
+    assert inner.calls == [["a", "bb"], ["ccc"]]
+    np.testing.assert_array_equal(first, inner.encode(["a", "bb", "a"]))
+    np.testing.assert_array_equal(second, inner.encode(["ccc", "bb", "ccc", "a"]))
+    assert second.dtype == np.float32
+    assert cached.encode([]).shape == (0, 2)
+
+
+def test_every_call_is_checked_cached_rows_included() -> None:
+    same = {"a": np.array([1.0, 2.0]), "b": np.array([1.0, 2.0])}
+    cached = CachedEncoder(CountingEncoder(same))
+    cached.encode(["a"])  # one sentence: nothing to tell apart
+    cached.encode(["b"])
+    with pytest.raises(UnusableVectors, match="the same vector for all 2 sentences"):
+        cached.encode(["a", "b", "a"])  # both from the cache
+    broken = CachedEncoder(CountingEncoder({"x": np.array([np.nan, 1.0])}))
+    with pytest.raises(UnusableVectors, match=r"non-finite vectors \(NaN or inf\) for 1 of 2"):
+        broken.encode(["x", "y", "x"])
+
+
+def test_sparse_tfidf_rows_are_never_cached() -> None:
+    """Without a corpus TF-IDF fits its IDF on each call: a cached row would be another call's."""
+    tfidf = TfidfEncoder()
+    cached = CachedEncoder(tfidf)
+    first = ["the cat sat", "a dog ran", "the cat sat"]
+    second = ["the cat sat", "birds fly high", "the sun"]
+    for sentences in (first, second):
+        unique = list(dict.fromkeys(sentences))
+        expected = tfidf.encode(unique)[[unique.index(s) for s in sentences]]
+        assert (cached.encode(sentences) != expected).nnz == 0
+    assert cached.sparse and not cached.cache
+
+
+def test_mask_token_is_the_wrapped_tokenizers(tiny_encoder: Encoder) -> None:
+    assert CachedEncoder(tiny_encoder).mask_token == tiny_encoder.tokenizer.mask_token == "[MASK]"
+    assert CachedEncoder(TfidfEncoder()).mask_token is None
+
+
+def test_embed_uses_a_given_cache_and_wraps_any_other_encoder_per_call() -> None:
+    inner = CountingEncoder()
+    cached = CachedEncoder(inner)
+    for _ in range(2):
+        vectors, row = embed(cached, ["a", "bb", "a"], batch_size=2)
+    assert inner.calls == [["a", "bb"]] and row == {"a": 0, "bb": 1} and vectors.shape == (2, 2)
+    plain = CountingEncoder()
+    for _ in range(2):
+        embed(plain, ["a", "bb", "a"], batch_size=2)
+    assert plain.calls == [["a", "bb"], ["a", "bb"]]
+
+
+def test_training_dev_evaluation_encodes_every_sentence_after_each_update(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The train stage scores STS-B dev with `STSEvaluator(split="dev")`: each dev score
+    encodes all its distinct sentences with the weights of that step, none from a cache."""
+    folder = tmp_path / "data" / STSB
+    folder.mkdir(parents=True)
+    lines = [f"g\tf\t2012\t{i}\t{i % 5}.0\tsentence {i}\tother {i * 7 % 11}" for i in range(12)]
+    for split in ("train", "dev", "test"):
+        (folder / f"sts-{split}.csv").write_text("".join(f"{line}\n" for line in lines))
+    dev = STSEvaluator(tmp_path / "data", 4, split="dev")
+    encoded: list[list[str]] = []
+    original = Encoder.encode
+
+    def counting(self: Encoder, sentences: Sequence[str], *args, **kwargs) -> np.ndarray:
+        encoded.append(list(sentences))
+        return original(self, sentences, *args, **kwargs)
+
+    monkeypatch.setattr(Encoder, "encode", counting)
+    predicted: list[np.ndarray] = []
+
+    def evaluate(model: Encoder) -> float:
+        score = dev(model)["STSBenchmark/dev"]
+        predicted.append(dev.pairs["STSBenchmark"][0])
+        return score
+
+    trainer = make_trainer(tiny_model_dir, "simcse", tmp_path / "ckpt", evaluate=evaluate)
+    trainer.train(tmp_path / "out")
+    distinct = {s for line in lines for s in line.split("\t")[5:]}
+    assert len(encoded) == 3  # untrained, step 3, step 6
+    assert all(sorted(call) == sorted(distinct) for call in encoded)
+    assert not np.array_equal(predicted[0], predicted[1])
+    assert not np.array_equal(predicted[1], predicted[2])

@@ -1,0 +1,207 @@
+"""Every command in the README's shell blocks is checked, so none can go stale.
+
+Each command is checked without running the pipeline: `make` targets exist in the Makefile;
+`dvc` command lines parse with DVC's own parser, name stages that dvc.yaml defines and set
+(`-S`) params that params.yaml has; `python stages/X.py ...`, `python -m sentemb.X ...` and
+`python benchmarks/X.py ...` parse with the script's own argument parser (run up to its
+`parse_args`, which then stops it). A command of any other program fails the test until a check
+for it is added here. The results table is the committed metrics files' numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import runpy
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+# programs with no pipeline surface to check
+SKIPPED = {"cd", "export", "source", ".", "git", "mlflow", "pip", "echo", "grep", "head"}
+
+
+class Parsed(Exception):
+    """Raised by the patched `parse_args` once a script's arguments parsed."""
+
+
+def readme_commands(text: str) -> list[list[str]]:
+    """The commands of every ```bash block: continuation lines joined, comments dropped, and
+    lists (`&&`, `;`, `|`) split into their commands."""
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            command: list[str] = []
+            for word in [*words, ";"]:
+                if word in ("&&", "||", ";", "|"):
+                    if command:
+                        commands.append(command)
+                    command = []
+                else:
+                    command.append(word)
+    return commands
+
+
+def strip_env(command: list[str]) -> list[str]:
+    """The command without leading `NAME=value` assignments."""
+    while command and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", command[0]):
+        command = command[1:]
+    return command
+
+
+def param_exists(params: dict, dotted: str) -> bool:
+    node = params
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def check_dvc(argv: list[str]) -> None:
+    from dvc.cli import DvcParserError, parse_args
+
+    try:
+        args = parse_args(argv)
+    except (DvcParserError, SystemExit) as err:
+        raise AssertionError(f"dvc {shlex.join(argv)}: DVC cannot parse it ({err!r})") from err
+    params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
+    for assignment in getattr(args, "set_param", None) or []:
+        key = assignment.split("=", 1)[0].split(":")[-1]
+        assert param_exists(params, key), f"dvc {shlex.join(argv)}: no param {key} in params.yaml"
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    for target in getattr(args, "targets", None) or []:
+        if not target.endswith((".yaml", ".dvc")):
+            name = target.split("@")[0]
+            assert name in stages, f"dvc {shlex.join(argv)}: dvc.yaml has no stage {name}"
+
+
+def check_python(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    if argv[0] == "-m":
+        module, args = argv[1], argv[2:]
+        if module in ("pytest", "pip"):
+            return
+
+        def run() -> None:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+        name = module
+    else:
+        path, args = ROOT / argv[0], argv[1:]
+        assert path.is_file(), f"python {argv[0]}: no such script"
+
+        def run() -> None:
+            runpy.run_path(str(path), run_name="__main__")
+
+        name = argv[0]
+    original = argparse.ArgumentParser.parse_args
+
+    def parse_then_stop(self, args=None, namespace=None):  # type: ignore[no-untyped-def]
+        original(self, args, namespace)
+        raise Parsed
+
+    with monkeypatch.context() as patch:
+        patch.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
+        patch.setattr(sys, "argv", [name, *args])
+        patch.chdir(ROOT)
+        try:
+            run()
+        except Parsed:
+            return
+        except SystemExit as err:
+            raise AssertionError(f"python {shlex.join(argv)}: its arguments do not parse") from err
+    raise AssertionError(f"python {shlex.join(argv)}: finished without parsing arguments")
+
+
+def check(command: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    command = strip_env(command)
+    program, argv = command[0], command[1:]
+    if program == "make":
+        makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+        for target in argv:
+            assert re.search(rf"^{re.escape(target)}:", makefile, re.M), f"make {target}"
+    elif program == "dvc":
+        check_dvc(argv)
+    elif program in ("python", "python3"):
+        check_python(argv, monkeypatch)
+    elif program == "torchrun":
+        script = next(i for i, word in enumerate(argv) if word.endswith(".py"))
+        check_python(argv[script:], monkeypatch)
+    elif program == "bash":
+        assert (ROOT / argv[0]).is_file(), f"bash {argv[0]}: no such script"
+    else:
+        assert program in SKIPPED, f"{shlex.join(command)}: no check for {program} commands"
+
+
+def test_readme_commands_are_current(monkeypatch: pytest.MonkeyPatch) -> None:
+    commands = readme_commands((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert any(c[:1] == ["dvc"] for c in commands), "the README shows no dvc command"
+    for command in commands:
+        check(command, monkeypatch)
+
+
+def test_a_stale_command_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checks catch a renamed param, a removed option, an unknown stage and a make target."""
+    stale = [
+        ["dvc", "exp", "run", "-S", "train.learning_rat=1e-5"],
+        ["dvc", "repro", "no_such_stage"],
+        ["dvc", "metrics", "diff", "--no-such-flag"],
+        ["python", "stages/phrases.py", "--no-such-option", "x"],
+        ["make", "no-such-target"],
+        ["rm", "-rf", "data"],
+    ]
+    for command in stale:
+        with pytest.raises(AssertionError):
+            check(command, monkeypatch)
+
+
+SUITE_COLUMNS = {
+    "sts": "STS",
+    "transfer": "transfer",
+    "chinese": "Chinese",
+    "retrieval": "retrieval",
+}
+ROWS = {"": "", "repal": " + RepAL", "whitening": " + whitening"}
+
+
+def results_table(metrics: Path = ROOT / "metrics") -> str:
+    """The README's results table: each suite's `avg` per method (mean ± std over seeds, from
+    `metrics/compare.json`), then the untrained reference and TF-IDF (single runs)."""
+
+    def single(path: Path, refinement: str) -> str:
+        if not path.is_file():
+            return "-"
+        values = json.loads(path.read_text(encoding="utf-8"))
+        values = values.get(refinement, {}) if refinement else values
+        return f"{values['avg']:.2f}" if "avg" in values else "-"
+
+    compare = json.loads((metrics / "compare.json").read_text(encoding="utf-8"))
+    header = "| model | " + " | ".join(f"{n} avg" for n in SUITE_COLUMNS.values()) + " |"
+    lines = [header, "|---|" + "---:|" * len(SUITE_COLUMNS)]
+    rows: list[tuple[str, list[str]]] = []
+    for method, suites in compare["methods"].items():
+        for refinement, label in ROWS.items():
+            key = f"/{refinement}" if refinement else ""
+            cells = [
+                f"{s['avg']['mean']:.2f} ± {s['avg']['std']:.2f}" if "avg" in s else "-"
+                for s in (suites.get(f"{suite}{key}", {}) for suite in SUITE_COLUMNS)
+            ]
+            rows.append((f"{method}{label}", cells))
+    for refinement, label in ROWS.items():
+        cells = [single(metrics / "reference" / f"{s}.json", refinement) for s in SUITE_COLUMNS]
+        rows.append((f"reference (untrained){label}", cells))
+    rows.append(("TF-IDF", [single(metrics / "tfidf" / f"{s}.json", "") for s in SUITE_COLUMNS]))
+    lines += [f"| {name} | {' | '.join(cells)} |" for name, cells in rows if set(cells) != {"-"}]
+    return "\n".join(lines)
+
+
+def test_readme_results_are_the_committed_metrics() -> None:
+    """The README's table is what the committed metrics files say (no number typed by hand)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert results_table() in readme, f"README.md lacks the current table:\n{results_table()}"
