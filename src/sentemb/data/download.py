@@ -21,8 +21,8 @@ from importlib import resources
 from pathlib import Path
 
 from sentemb.config import UserError
-from sentemb.data.sources import Dataset, RemoteFile
-from sentemb.io import atomic_path
+from sentemb.data.sources import DATASETS, Dataset, RemoteFile
+from sentemb.io import atomic_path, write_json
 
 log = logging.getLogger(__name__)
 MANIFEST = "MANIFEST.json"  # in the download stage's output: each dataset's files and sha256s
@@ -183,3 +183,58 @@ def cap_corpus(source: Path, target: Path, size: int) -> int:
                 out.write(line + "\n")
                 count += 1
     return count
+
+
+def present_before(out: Path) -> set[str]:
+    """The datasets the earlier `out/MANIFEST.json` lists as present (none without one)."""
+    try:
+        return set(json.loads((out / MANIFEST).read_text(encoding="utf-8"))["datasets"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+
+
+def download(
+    config: DataConfig, out: Path, mirror: Path, recorded: dict[str, str], cache: Path
+) -> dict:
+    """Every dataset of `config.datasets` (all by default) into `out`, replaced atomically, with
+    its `MANIFEST.json`; returns the manifest. `recorded` (the sha256s of first downloads) is
+    updated in place. A dataset known to exist (the mirror holds it, an earlier download fetched
+    it, or the earlier `out` had it) that cannot be had now is one `DataUnavailable` before
+    `out` is touched; one only the network has and never had goes under `missing`."""
+    names = config.datasets or list(DATASETS)
+    unknown = sorted(set(names) - set(DATASETS))
+    if unknown:
+        raise DataUnavailable(f"data.datasets: unknown {unknown}; known {list(DATASETS)}")
+    manifest: dict = {"datasets": {}, "missing": {}}
+    before = present_before(out)
+    with atomic_path(out, folder=True) as root:
+        fetcher = Fetcher(root, mirror, recorded, cache, config.timeout)
+        expected = {n for n in names if n in before or fetcher.exists(DATASETS[n])}
+        lost: dict[str, DataUnavailable] = {}
+        for name in names:
+            try:
+                manifest["datasets"][name] = fetcher.fetch(DATASETS[name])
+            except DataUnavailable as err:
+                log.warning("%s", err)
+                manifest["missing"][name] = err.reason
+                if name in expected:
+                    lost[name] = err
+        if lost:
+            raise unavailable(lost, mirror, out)
+        if "wiki1m" in manifest["datasets"]:
+            source = next(root / f for f in manifest["datasets"]["wiki1m"])
+            count = cap_corpus(source, root / "corpus" / "train.txt", config.corpus_size)
+            manifest["corpus"] = {"path": "corpus/train.txt", "sentences": count}
+        write_json(root / MANIFEST, manifest)
+    return manifest
+
+
+def unavailable(lost: dict[str, DataUnavailable], mirror: Path, out: Path) -> DataUnavailable:
+    """One error for the datasets known to exist that could not be had, before `out` is touched."""
+    listed = ", ".join(f"{n} (the training corpus)" if n == "wiki1m" else n for n in lost)
+    return DataUnavailable(
+        f"data.mirror: {len(lost)} dataset(s) that the mirror holds or an earlier download "
+        f"fetched could not be had: {listed} (first: {next(iter(lost.values()))}); nothing "
+        f"was written, {out} is as it was. Point data.mirror at the offline mirror (now "
+        f"{mirror}), go online, or leave them out of data.datasets"
+    )
