@@ -27,7 +27,7 @@ from sentemb.evaluation.suites import model_names
 from sentemb.io import check_output, write_json
 from sentemb.postprocess import fit_refinements, save_refinement
 from sentemb.report.plots import refine_bound, save
-from sentemb.tracking import flatten, mlflow_run
+from sentemb.tracking import mlflow_run
 from sentemb.training.config import TrainConfig
 
 log = logging.getLogger("refine")
@@ -55,9 +55,7 @@ def main() -> None:
         write_json(args.plots / "refine_bound.json", fit.curve)
         title = f"RepAL eq. 5 on STS-B dev: {model}"
         save(refine_bound(fit.curve, title), args.plots / "refine_bound.png")
-        write_json(args.metrics, {"fit_on": fit.config.fit_on, **fit.metrics})
-        run.log_metrics(flatten(fit.metrics))
-        run.log_artifact(args.metrics)
+        run.write_metrics(args.metrics, {"fit_on": fit.config.fit_on, **fit.metrics})
     for scope, values in fit.metrics.items():
         log.info("%s: %s", scope, {k: round(v, 3) for k, v in values.items()})
 

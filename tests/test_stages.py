@@ -237,7 +237,7 @@ def test_refine_then_evaluate_with_and_without_refinement(
         assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "data/phrases/idf.json").is_file()
     fitted = json.loads((tmp_path / "refine.json").read_text())
-    assert set(fitted) == {"fit_on", "english", "chinese/PAWSX", "chinese/STS-B"}
+    assert set(fitted) == {"fit_on", "english", "chinese/PAWSX", "chinese/STS-B", "seconds"}
     for scope in ("english", "chinese/PAWSX"):
         assert {"lambda1", "lambda2", "dev/repal", "cosine/whitening", "whitening/dims"} <= set(
             fitted[scope]
