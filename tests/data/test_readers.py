@@ -145,6 +145,19 @@ def test_sick_requires_header(tmp_path: Path) -> None:
         readers.read_sick(tmp_path, "trial")
 
 
+def test_chinese_max_pairs_is_one_fixed_sample_in_file_order(mirror: Path) -> None:
+    full = readers.read_chinese(mirror, "BQ", "test")
+    sample = readers.read_chinese(mirror, "BQ", "test", 100)
+    assert len(sample) == 100 and sample == readers.read_chinese(mirror, "BQ", "test", 100)
+    rows = iter(zip(full.first, full.second, full.scores, strict=True))
+    kept = list(zip(sample.first, sample.second, sample.scores, strict=True))
+    assert all(row in rows for row in kept)  # a subsequence: the file's order
+    assert sample.first != full.first[:100]  # a sample, not the head
+    assert readers.read_chinese(mirror, "PAWSX", "test", 10**6) == readers.read_chinese(
+        mirror, "PAWSX", "test"
+    )
+
+
 def test_chinese_wrong_column_count(tmp_path: Path) -> None:
     _write(tmp_path, "senteval_cn/BQ/BQ.test.data", "一\t二\t1\n三\t四\n")
     with pytest.raises(readers.DataFormatError, match=r"BQ\.test\.data:2: expected 3"):

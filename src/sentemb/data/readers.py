@@ -214,8 +214,11 @@ def read_mrpc(root: Path, split: str) -> tuple[PairSet, list[int]]:
     return pairs, labels
 
 
-def read_chinese(root: Path, name: str, split: str) -> PairSet:
-    """A senteval_cn set (ATEC, BQ, LCQMC, PAWSX, STS-B): `s1 TAB s2 TAB label`, UTF-8."""
+def read_chinese(root: Path, name: str, split: str, max_pairs: int | None = None) -> PairSet:
+    """A senteval_cn set (ATEC, BQ, LCQMC, PAWSX, STS-B): `s1 TAB s2 TAB label`, UTF-8.
+
+    With `max_pairs`, a sample of that many pairs (numpy's generator seeded 0, kept in file
+    order): the same pairs for every model and every caller."""
     path = root / "senteval_cn" / name / f"{name}.{split}.data"
     high = 5.0 if name == "STS-B" else 1.0
     pairs = PairSet()
@@ -224,7 +227,11 @@ def read_chinese(root: Path, name: str, split: str) -> PairSet:
         pairs.first.append(first)
         pairs.second.append(second)
         pairs.scores.append(parse_score(label, path, lineno, 0.0, high))
-    return pairs
+    if max_pairs is None or len(pairs) <= max_pairs:
+        return pairs
+    keep = np.sort(np.random.default_rng(0).permutation(len(pairs))[:max_pairs])
+    columns = (pairs.first, pairs.second, pairs.scores)
+    return PairSet(*([column[i] for i in keep] for column in columns))
 
 
 def read_corpus(path: Path, limit: int | None = None) -> Iterator[str]:

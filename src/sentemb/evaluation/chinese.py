@@ -20,15 +20,20 @@ from sentemb.evaluation.sts import cosine_scores
 
 @dataclass
 class ChineseConfig:
-    """Params section `eval.chinese`; `model: null` means the main model."""
+    """Params section `eval.chinese`; `model: null` means the main model; `max_pairs` scores a
+    fixed sample of each test split (`read_chinese`), null = every pair."""
 
     model: str | None = None
     pooler: str = "auto"
     tasks: list[str] = field(default_factory=lambda: list(CHINESE_SETS))
+    max_pairs: int | None = None
 
     def validate(self) -> list[str]:
         unknown = sorted(set(self.tasks) - set(CHINESE_SETS))
-        return [f"tasks: unknown {unknown}; known {list(CHINESE_SETS)}"] if unknown else []
+        problems = [f"tasks: unknown {unknown}; known {list(CHINESE_SETS)}"] if unknown else []
+        if self.max_pairs is not None and self.max_pairs < 1:
+            problems.append(f"max_pairs: must be >= 1 or null, got {self.max_pairs}")
+        return problems
 
 
 def dataset_name(task: str) -> str:
@@ -56,7 +61,7 @@ class ChineseEvaluator(Evaluator):
     def score(self, encoders: Mapping[str, SentenceEncoder]) -> dict[str, float]:
         encoder = encoders[CHINESE]
         sets = {
-            task: read_chinese(self.root, task, self.split)
+            task: read_chinese(self.root, task, self.split, self.config.max_pairs)
             for task in self.config.tasks
             if self.available(dataset_name(task), f".{self.split}.")
         }

@@ -77,7 +77,8 @@ class RetrievalConfig:
 
     `query_chunk` queries are scored against the corpus at a time, fewer when the similarity block
     would exceed `chunk_cells` entries (memory is about 9 bytes per cell for float32 embeddings:
-    the block, one gathered copy and a boolean mask).
+    the block, one gathered copy and a boolean mask). `max_pairs` keeps a fixed sample of each
+    offline Chinese set (`read_chinese`; the same pairs as `eval.chinese.max_pairs` of that size).
     """
 
     mrr_k: int = 10
@@ -87,9 +88,12 @@ class RetrievalConfig:
     askubuntu_split: str = "test"
     offline_sets: list[str] = field(default_factory=lambda: ["LCQMC", "BQ", "MRPC"])
     exclude_query: bool = True
+    max_pairs: int | None = None
 
     def validate(self) -> list[str]:
         problems = []
+        if self.max_pairs is not None and self.max_pairs < 1:
+            problems.append(f"max_pairs: must be >= 1 or null, got {self.max_pairs}")
         for name in ("mrr_k", "query_chunk", "chunk_cells"):
             if getattr(self, name) < 1:
                 problems.append(f"{name}: must be >= 1, got {getattr(self, name)}")
@@ -331,7 +335,8 @@ class RetrievalEvaluator(Evaluator):
             if name == "MRPC":
                 pairs, set_encoder = read_mrpc(self.root, "test")[0], encoder
             else:
-                pairs, set_encoder = read_chinese(self.root, name, "test"), encoders[CHINESE]
+                pairs = read_chinese(self.root, name, "test", cfg.max_pairs)
+                set_encoder = encoders[CHINESE]
             task = qqp_task(pairs, cfg.exclude_query)
             set_encoder = for_set(set_encoder, name)
             self._retrieval(f"{PROTOCOL_PREFIX}/{name}", task, set_encoder, results)

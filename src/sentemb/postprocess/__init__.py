@@ -84,6 +84,7 @@ class SharedRefineConfig:
     suites: list[str] = field(default_factory=lambda: list(EVAL_SUITES))  # scored refined
     pairs: int = 10_000  # random pairs for the mean-cosine diagnostic
     seed: int = 0
+    valid_pairs: int | None = None  # a fixed sample of each Chinese valid split (read_chinese)
 
     def validate(self) -> list[str]:
         problems = []
@@ -98,6 +99,8 @@ class SharedRefineConfig:
             problems.append(f"suites: {self.suites} must be a subset of {list(EVAL_SUITES)}")
         if self.pairs < 1:
             problems.append(f"pairs: must be >= 1, got {self.pairs}")
+        if self.valid_pairs is not None and self.valid_pairs < 1:
+            problems.append(f"valid_pairs: must be >= 1 or null, got {self.valid_pairs}")
         return problems
 
 
@@ -252,7 +255,7 @@ def fit_refinements(
             require_complete(probe, "chinese")
             log.warning("%s: no refinement fitted: %s", name, probe.skipped[dataset_name(name)])
             continue
-        valid = read_chinese(data, name, "valid")
+        valid = read_chinese(data, name, "valid", config.valid_pairs)
         sentences = unique([*valid.first, *valid.second]) if config.fit_on == "corpus" else None
         with scoring(f"{chinese_model}, {name}"):
             scope = f"{CHINESE_SCOPE}{name}"
