@@ -179,13 +179,6 @@ def stale_report(stale: dict[str, list[str]]) -> str:
     return "\n".join(lines)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="dvc.lock at HEAD predates the code of issues 7, 8, 15 and 16 (its last full rerun is"
-    " 9c232f4); the one full rerun planned at the end of issue 17 (after the issue 16 redesign)"
-    " refreshes it, and then this marker goes",
-)
 def test_lock_matches_code_and_params() -> None:
     """A change to a stage's code or params is committed with the dvc.lock it produces, so a
     fresh clone's `dvc repro` reuses the committed results instead of recomputing them."""
