@@ -153,3 +153,22 @@ def test_stage_refuses_a_misspelled_section(stage: str, tmp_path: Path) -> None:
     assert error.startswith("error: params.yaml: unknown top-level key(s) ['simsce'] ")
     assert "(did you mean 'simcse'?); known keys are ['methods', " in error
     assert [p.name for p in tmp_path.iterdir()] == ["params.yaml"]
+
+
+@pytest.mark.parametrize("value", [0, -5, 1.5, "all"])
+@pytest.mark.parametrize(
+    ("dotted", "key"),
+    [("eval.chinese", "max_pairs"), ("eval.retrieval", "max_pairs"), ("refine", "valid_pairs")],
+)
+def test_pair_samples_are_positive_integers_or_null(dotted: str, key: str, value: object) -> None:
+    from sentemb.evaluation.chinese import ChineseConfig
+    from sentemb.evaluation.retrieval import RetrievalConfig
+    from sentemb.postprocess import RefineConfig
+
+    config = {"eval.chinese": ChineseConfig, "eval.retrieval": RetrievalConfig}.get(dotted)
+    params: dict = {key: value}
+    for part in reversed(dotted.split(".")):
+        params = {part: params}
+    with pytest.raises(ConfigError, match=rf"{re.escape(dotted)}\.{key}: "):
+        section(params, dotted, config or RefineConfig)
+    assert getattr(section({}, dotted, config or RefineConfig), key) is None  # default: every pair
