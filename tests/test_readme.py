@@ -207,39 +207,29 @@ def test_readme_results_are_the_committed_metrics() -> None:
     assert results_table() in readme, f"README.md lacks the current table:\n{results_table()}"
 
 
-SUITE_FILES = tuple(f"{suite}.json" for suite in SUITE_COLUMNS)
+def stage_times() -> str:
+    """The README's time table: each stage of dvc.yaml with the `seconds` its metrics files
+    record (summed as `make repro`'s progress line does), a matrix as the mean and the range of
+    its runs. A metrics file without `seconds` fails the test."""
+    from dvc.repo import Repo
 
+    from sentemb.progress import kind, recorded_seconds
 
-def stage_times(metrics: Path = ROOT / "metrics") -> str:
-    """The README's time table: each stage's wall time, the `seconds` its metrics files record
-    (an evaluate stage's is the sum over its suites' files), per run of the matrix as the mean
-    and the range."""
-
-    def seconds(folder: Path, files: tuple[str, ...]) -> float:
-        return sum(json.loads((folder / f).read_text(encoding="utf-8"))["seconds"] for f in files)
-
-    runs = sorted(p for p in (metrics / "runs").iterdir() if p.is_dir())
-    per_run = {
-        "train@M-S": [seconds(run, ("train.json",)) for run in runs],
-        "refine@M-S": [seconds(run, ("refine.json",)) for run in runs],
-        "evaluate@M-S": [seconds(run, SUITE_FILES) for run in runs],
-        "analyze@M-S": [seconds(run, ("analysis.json",)) for run in runs],
-    }
-    single = {
-        "download": seconds(metrics, ("download.json",)),
-        "phrases": seconds(metrics, ("phrases.json",)),
-        "refine_reference": seconds(metrics / "reference", ("refine.json",)),
-        "reference": seconds(metrics / "reference", SUITE_FILES),
-        "analyze_reference": seconds(metrics / "reference", ("analysis.json",)),
-        "baseline": seconds(metrics / "tfidf", SUITE_FILES),
-        "compare": seconds(metrics, ("compare.json",)),
-    }
+    times: dict[str, list[float]] = {}
+    with Repo(str(ROOT)) as repo:
+        for stage in repo.index.stages:
+            metrics = [Path(out.fs_path) for out in stage.outs if out.metric]
+            missing = [str(p) for p in metrics if recorded_seconds([p]) is None]
+            assert metrics and not missing, f"{stage.addressing}: no seconds in {missing}"
+            times.setdefault(kind(stage.addressing), []).append(recorded_seconds(metrics))
     lines = ["| stage | runs | s per run (range) | s in all |", "|---|---:|---:|---:|"]
-    for stage, values in per_run.items():
-        spread = f"{sum(values) / len(values):.0f} ({min(values):.0f}-{max(values):.0f})"
-        lines.append(f"| `{stage}` | {len(values)} | {spread} | {sum(values):.0f} |")
-    lines += [f"| `{stage}` | 1 | {value:.0f} | {value:.0f} |" for stage, value in single.items()]
-    total = sum(map(sum, per_run.values())) + sum(single.values())
+    for name, values in times.items():
+        if len(values) == 1:
+            lines.append(f"| `{name}` | 1 | {values[0]:.0f} | {values[0]:.0f} |")
+        else:
+            spread = f"{sum(values) / len(values):.0f} ({min(values):.0f}-{max(values):.0f})"
+            lines.append(f"| `{name}@M-S` | {len(values)} | {spread} | {sum(values):.0f} |")
+    total = sum(map(sum, times.values()))
     lines.append(f"| all stages | | | {total:.0f} ({total / 60:.0f} min) |")
     return "\n".join(lines)
 
