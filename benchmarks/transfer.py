@@ -32,7 +32,7 @@ from sentemb.config import load_params, section
 from sentemb.encoder import ModelConfig
 from sentemb.evaluation import transfer
 from sentemb.evaluation.base import Embeddings, SentenceEncoder
-from sentemb.evaluation.suites import load_encoder
+from sentemb.evaluation.encoders import load_encoder
 from sentemb.evaluation.transfer import (
     TRANSFER_TASKS,
     NestedCVResult,

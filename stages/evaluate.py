@@ -27,10 +27,11 @@ import numpy as np
 
 from sentemb.cli import run_stage
 from sentemb.config import ConfigError, load_params
+from sentemb.evaluation.encoders import model_names
 from sentemb.evaluation.evaluate import evaluate_model
-from sentemb.evaluation.suites import PAIR_SUITES, SUITES, model_names
-from sentemb.io import atomic_path, check_output, write_json
-from sentemb.tracking import SECONDS, mlflow_run, numbers
+from sentemb.evaluation.suites import SUITES
+from sentemb.io import atomic_path, check_output
+from sentemb.tracking import mlflow_run
 
 
 def main() -> None:
@@ -44,9 +45,10 @@ def main() -> None:
     parser.add_argument("--predictions-dir", type=Path, help="for <suite>.npz of the pair suites")
     args = parser.parse_args()
     suites = list(dict.fromkeys(args.suites))
-    pair_suites = [suite for suite in suites if suite in PAIR_SUITES]
+    pair_suites = [suite for suite in suites if SUITES[suite].pairs]
     if args.predictions_dir is not None and not pair_suites:
-        raise ConfigError(f"--predictions-dir: only for the suites {list(PAIR_SUITES)}")
+        known = [suite for suite in SUITES if SUITES[suite].pairs]
+        raise ConfigError(f"--predictions-dir: only for the suites {known}")
     outputs = {suite: args.out_dir / f"{suite}.json" for suite in suites}
     predictions = {}
     if args.predictions_dir is not None:
@@ -61,10 +63,7 @@ def main() -> None:
         for suite, path in predictions.items():
             write_predictions(path, results[suite].pairs)
         for suite, path in outputs.items():
-            written = {**results[suite].metrics, SECONDS: round(results[suite].seconds, 1)}
-            write_json(path, written)
-            run.log_metrics(numbers({suite: written}))
-            run.log_artifact(path)
+            run.write_metrics(path, results[suite].metrics, results[suite].seconds, suite)
 
 
 def write_predictions(path: Path, pairs: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from sentemb.cli import run_stage
 from sentemb.config import load_params, section
-from sentemb.evaluation.suites import model_names
+from sentemb.evaluation.encoders import model_names
 from sentemb.io import check_output, write_json
 from sentemb.postprocess import fit_refinements, save_refinement
 from sentemb.report.plots import refine_bound, save

@@ -23,7 +23,7 @@ from helpers import SENTENCES, paser_params
 
 from sentemb.config import ConfigError
 from sentemb.encoder import Encoder
-from sentemb.evaluation.suites import load_encoder
+from sentemb.evaluation.encoders import load_encoder
 from sentemb.methods import CombinedMethod
 
 REPO = Path(__file__).resolve().parents[1]

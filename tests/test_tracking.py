@@ -600,6 +600,24 @@ def test_write_metrics_adds_seconds_logs_numbers_and_attaches_the_file(sqlite_ur
     assert not Path("other.json").exists()
 
 
+def test_write_metrics_of_one_of_several_files_takes_its_seconds_and_name(sqlite_uri: str) -> None:
+    """Stage evaluate writes one file per suite in one run: each with its suite's own wall time,
+    its numbers logged under ``<suite>.`` so that two suites' ``avg`` do not collide."""
+    from mlflow.tracking import MlflowClient
+
+    with mlflow_run("evaluate", {}) as run:
+        for suite, avg in (("sts", 80.0), ("transfer", 85.0)):
+            run.write_metrics(Path(f"{suite}.json"), {"avg": avg}, 12.34, suite)
+    assert json.loads(Path("sts.json").read_text()) == {"avg": 80.0, "seconds": 12.3}
+    got = MlflowClient(tracking_uri=sqlite_uri).get_run(run.run_id)
+    assert got.data.metrics == {
+        "sts.avg": 80.0,
+        "sts.seconds": 12.3,
+        "transfer.avg": 85.0,
+        "transfer.seconds": 12.3,
+    }
+
+
 def test_numbers_are_the_numeric_leaves() -> None:
     metrics = {"a": 1, "b": True, "c": "x", "d": {"e": 2.5, "f": [1]}, "g": None}
     assert tracking.numbers(metrics) == {"a": 1.0, "d.e": 2.5}

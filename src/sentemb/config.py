@@ -55,6 +55,15 @@ class ConfigError(UserError, ValueError):
     """A param is unknown, of the wrong type or out of range."""
 
 
+def limit_problems(config: Any, *names: str) -> list[str]:
+    """One problem per field of `names` that is a limit below 1 (null, no limit, passes)."""
+    return [
+        f"{name}: must be >= 1 or null, got {value}"
+        for name in names
+        if (value := getattr(config, name)) is not None and value < 1
+    ]
+
+
 def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
     """Read the params file; a missing or malformed file is a `ConfigError` naming it."""
     path = Path(path)

@@ -323,17 +323,23 @@ class RunLogger:
             entries[name] = Metric(name, number, timestamp, step or 0)
         self._call(what, self._log_batch, metrics=list(entries.values()))
 
-    def write_metrics(self, path: str | Path, metrics: Mapping[str, Any]) -> dict[str, Any]:
-        """Write a stage's metrics file (atomically, JSON) with the wall time so far under
-        ``seconds``, log its numbers (nested keys dotted) and attach the file; returns what was
-        written."""
+    def write_metrics(
+        self,
+        path: str | Path,
+        metrics: Mapping[str, Any],
+        seconds: float | None = None,
+        name: str | None = None,
+    ) -> dict[str, Any]:
+        """Write a metrics file (atomically, JSON) with its wall time under ``seconds`` (default:
+        the stage's so far), log its numbers (nested keys dotted, under ``<name>.`` when several
+        files share a run) and attach the file; returns what was written."""
         if SECONDS in metrics:
             raise ValueError(f"{path}: {SECONDS!r} is the stage's wall time, not a metric")
         from sentemb.io import write_json
 
-        written = {**metrics, SECONDS: round(self.seconds, 1)}
+        written = {**metrics, SECONDS: round(self.seconds if seconds is None else seconds, 1)}
         write_json(path, written)
-        self.log_metrics(numbers(written))
+        self.log_metrics(numbers({name: written} if name else written))
         self.log_artifact(path)
         return written
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sentemb.config import limit_problems
 from sentemb.data.readers import read_chinese
 from sentemb.data.sources import CHINESE_SETS
 from sentemb.evaluation.base import CHINESE, Evaluator, SentenceEncoder, for_set, spearman
@@ -31,9 +32,7 @@ class ChineseConfig:
     def validate(self) -> list[str]:
         unknown = sorted(set(self.tasks) - set(CHINESE_SETS))
         problems = [f"tasks: unknown {unknown}; known {list(CHINESE_SETS)}"] if unknown else []
-        if self.max_pairs is not None and self.max_pairs < 1:
-            problems.append(f"max_pairs: must be >= 1 or null, got {self.max_pairs}")
-        return problems
+        return problems + limit_problems(self, "max_pairs")
 
 
 def dataset_name(task: str) -> str:

@@ -30,7 +30,8 @@ from sentemb.evaluation.base import (
     scoring,
 )
 from sentemb.evaluation.chinese import ChineseConfig
-from sentemb.evaluation.suites import SUITES, load_encoder, model_names
+from sentemb.evaluation.encoders import load_encoder, model_names
+from sentemb.evaluation.suites import SUITES
 from sentemb.postprocess import load_refinement, refinements
 
 log = logging.getLogger(__name__)

@@ -43,6 +43,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.preprocessing import normalize
 
+from sentemb.config import limit_problems
 from sentemb.data.readers import (
     PairSet,
     RerankingSet,
@@ -91,9 +92,7 @@ class RetrievalConfig:
     max_pairs: int | None = None
 
     def validate(self) -> list[str]:
-        problems = []
-        if self.max_pairs is not None and self.max_pairs < 1:
-            problems.append(f"max_pairs: must be >= 1 or null, got {self.max_pairs}")
+        problems = limit_problems(self, "max_pairs")
         for name in ("mrr_k", "query_chunk", "chunk_cells"):
             if getattr(self, name) < 1:
                 problems.append(f"{name}: must be >= 1, got {getattr(self, name)}")

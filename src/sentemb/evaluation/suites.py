@@ -3,8 +3,9 @@
 `SUITES` is the one list of suites, in report order: what each is called (its params section is
 `eval.<name>`, its metrics file `<name>.json`), its evaluator and config, the languages it reads,
 whether it keeps each pair's scores (`predictions/<model>/<name>.npz`, compare's bootstrap) and
-its report table. The evaluate stage, refinement, compare and the report read it; `dvc.yaml`
-lists each suite's metrics file, and a test checks those outputs against `SUITES`.
+its report table. The evaluate stage, compare and the report read it; `dvc.yaml` lists each
+suite's metrics file, and a test checks those outputs against `SUITES`. The encoders they score
+are loaded by `sentemb.evaluation.encoders`.
 """
 
 from __future__ import annotations
@@ -14,13 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from sentemb.config import section
-from sentemb.encoder import Encoder, ModelConfig
-from sentemb.evaluation.base import CHINESE, ENGLISH, Evaluator, SentenceEncoder
+from sentemb.evaluation.base import CHINESE, ENGLISH, Evaluator
 from sentemb.evaluation.chinese import ChineseConfig, ChineseEvaluator
 from sentemb.evaluation.retrieval import RetrievalConfig, RetrievalEvaluator
 from sentemb.evaluation.sts import STSConfig, STSEvaluator
 from sentemb.evaluation.transfer import TransferConfig, TransferEvaluator
-from sentemb.tfidf import TfidfConfig, TfidfEncoder
 
 
 @dataclass(frozen=True)
@@ -95,33 +94,3 @@ SUITES: dict[str, Suite] = {
         ),
     )
 }
-PAIR_SUITES = tuple(name for name, suite in SUITES.items() if suite.pairs)
-
-
-def load_encoder(name: str, language: str, params: dict[str, Any], data: Path) -> SentenceEncoder:
-    """A neural encoder for a model name or folder, or the TF-IDF baseline for `tfidf`.
-
-    Chinese (`language="zh"`) uses the pooler of `eval.chinese`; a model that cannot be loaded
-    is an error naming `eval.chinese.model` when that is set, else `model.name_or_path`.
-    """
-    if name == "tfidf":
-        corpus_file = data / "corpus" / "train.txt"
-        corpus = None
-        if language == "en" and corpus_file.is_file():
-            corpus = corpus_file.read_text(encoding="utf-8").splitlines()
-        return TfidfEncoder(language, section(params, "tfidf", TfidfConfig), corpus)
-    model = section(params, "model", ModelConfig)
-    pooler, param = model.pooler, "model.name_or_path"
-    if language == "zh":
-        chinese = section(params, "eval.chinese", ChineseConfig)
-        pooler, param = chinese.pooler, "eval.chinese.model" if chinese.model else param
-    return Encoder.from_pretrained(
-        name, pooler, model.max_length, model.trust_remote_code, model.precision, param
-    )
-
-
-def model_names(params: dict[str, Any], model: str | None) -> tuple[str, str]:
-    """The English and Chinese model names: `model` (default: `model.name_or_path`), and
-    `eval.chinese.model` when it is set."""
-    english = model or section(params, "model", ModelConfig).name_or_path
-    return english, section(params, "eval.chinese", ChineseConfig).model or english

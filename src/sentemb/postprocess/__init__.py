@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from sentemb.config import EVAL_SUITES, ConfigError, UserError, from_dict, section
+from sentemb.config import EVAL_SUITES, ConfigError, UserError, from_dict, limit_problems, section
 from sentemb.data.readers import PairSet, read_chinese, read_stsb, training_corpus
 from sentemb.encoder import ModelConfig, ModelIdentity, model_identity
 from sentemb.evaluation.base import (
@@ -42,9 +42,9 @@ from sentemb.evaluation.base import (
     spearman,
 )
 from sentemb.evaluation.chinese import ChineseConfig, ChineseEvaluator, dataset_name
+from sentemb.evaluation.encoders import load_encoder
 from sentemb.evaluation.retrieval import CHINESE_PAIR_SETS, RetrievalConfig
 from sentemb.evaluation.sts import cosine_scores
-from sentemb.evaluation.suites import load_encoder
 from sentemb.io import atomic_path
 from sentemb.phrases import IDF_FILE, read_idf, write_idf
 from sentemb.postprocess.base import (
@@ -99,9 +99,7 @@ class SharedRefineConfig:
             problems.append(f"suites: {self.suites} must be a subset of {list(EVAL_SUITES)}")
         if self.pairs < 1:
             problems.append(f"pairs: must be >= 1, got {self.pairs}")
-        if self.valid_pairs is not None and self.valid_pairs < 1:
-            problems.append(f"valid_pairs: must be >= 1 or null, got {self.valid_pairs}")
-        return problems
+        return problems + limit_problems(self, "valid_pairs")
 
 
 # Params section `refine`: the shared keys, then one sub-section per registered refinement

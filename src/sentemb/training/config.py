@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from sentemb.config import limit_problems
 from sentemb.encoder import POOLERS
 
 DEVICES = r"auto|cpu|cuda(:\d+)?"  # whether the machine has it is checked where training starts
@@ -49,8 +50,7 @@ class TrainConfig:
         ):
             if getattr(self, name) < 1:
                 problems.append(f"{name}: must be >= 1, got {getattr(self, name)}")
-        if self.max_steps is not None and self.max_steps < 1:
-            problems.append(f"max_steps: must be >= 1 or null, got {self.max_steps}")
+        problems += limit_problems(self, "max_steps")
         if self.warmup_steps < 0:
             problems.append(f"warmup_steps: must be >= 0, got {self.warmup_steps}")
         if not 0 < self.learning_rate < MAX_LEARNING_RATE:
