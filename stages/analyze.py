@@ -20,7 +20,7 @@ from pathlib import Path
 from sentemb.analysis import AnalysisConfig, analyze
 from sentemb.cli import run_stage
 from sentemb.config import load_params, section
-from sentemb.encoder import ModelConfig
+from sentemb.encoder import ModelConfig, check_pooler
 from sentemb.io import check_output
 from sentemb.tracking import mlflow_run
 from sentemb.training.config import TrainConfig
@@ -40,7 +40,8 @@ def main() -> None:
     config = section(params, "analysis", AnalysisConfig)
     model = section(params, "model", ModelConfig)
     if args.model is None:
-        name, pooler = model.name_or_path, section(params, "train", TrainConfig).eval_pooler
+        pooler = section(params, "train", TrainConfig).eval_pooler
+        name, pooler = model.name_or_path, check_pooler(pooler, "train.eval_pooler")
     else:
         name, pooler = args.model, "auto"
     tracked = {"model": name, "pooler": pooler, "analysis": params.get("analysis", {})}

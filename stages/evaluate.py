@@ -29,7 +29,7 @@ from sentemb.cli import run_stage
 from sentemb.config import ConfigError, load_params
 from sentemb.evaluation.encoders import model_names
 from sentemb.evaluation.evaluate import evaluate_model
-from sentemb.evaluation.suites import SUITES
+from sentemb.evaluation.suites import SUITES, keeping_pairs
 from sentemb.io import atomic_path, check_output
 from sentemb.tracking import mlflow_run
 
@@ -45,10 +45,9 @@ def main() -> None:
     parser.add_argument("--predictions-dir", type=Path, help="for <suite>.npz of the pair suites")
     args = parser.parse_args()
     suites = list(dict.fromkeys(args.suites))
-    pair_suites = [suite for suite in suites if SUITES[suite].pairs]
+    pair_suites = keeping_pairs(suites)
     if args.predictions_dir is not None and not pair_suites:
-        known = [suite for suite in SUITES if SUITES[suite].pairs]
-        raise ConfigError(f"--predictions-dir: only for the suites {known}")
+        raise ConfigError(f"--predictions-dir: only for the suites {keeping_pairs()}")
     outputs = {suite: args.out_dir / f"{suite}.json" for suite in suites}
     predictions = {}
     if args.predictions_dir is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from sentemb.config import (
     METHOD_SECTIONS,
     SECTIONS,
     ConfigError,
+    at_least,
     load_params,
     section,
 )
@@ -39,7 +41,7 @@ def test_repo_params_load() -> None:
         ({"data": {"corpus_sise": 10}}, r"data: unknown key\(s\) \['corpus_sise'\]"),
         ({"data": {"corpus_size": "many"}}, "data.corpus_size: expected int"),
         ({"data": {"corpus_size": True}}, "data.corpus_size: expected int"),
-        ({"data": {"corpus_size": -1}}, "data.corpus_size: must be > 0"),
+        ({"data": {"corpus_size": -1}}, "data.corpus_size: must be >= 1, got -1"),
     ],
 )
 def test_bad_data_params(values: dict, message: str) -> None:
@@ -82,9 +84,43 @@ def test_known_sections_are_those_of_params_yaml_and_the_method_registry() -> No
     assert list(params["eval"]) == list(EVAL_SUITES) == list(suites.SUITES)
 
 
-def test_config_module_stays_light() -> None:
-    code = "import sys, sentemb.config; assert 'torch' not in sys.modules, 'torch imported'"
+def test_config_modules_stay_light() -> None:
+    """The loader and `TrainConfig` (read by phrases, refine, analyze and compare) import no
+    torch: a stage's deps are what it computes with (tests/test_pipeline.py)."""
+    code = (
+        "import sys, sentemb.config, sentemb.training.config; "
+        "assert not {'torch', 'transformers'} & set(sys.modules), 'torch imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+@dataclass
+class Limits:
+    steps: int = 3
+    limit: int | None = None
+
+
+@pytest.mark.parametrize(
+    ("values", "minimum", "problems"),
+    [
+        ({}, 1, []),
+        (
+            {"steps": 0, "limit": 0},
+            1,
+            ["steps: must be >= 1, got 0", "limit: must be >= 1 or null, got 0"],
+        ),
+        ({"steps": 1, "limit": None}, 2, ["steps: must be >= 2, got 1"]),  # null: no limit
+        (
+            {"steps": -1, "limit": -1},
+            0,
+            ["steps: must be >= 0, got -1", "limit: must be >= 0 or null, got -1"],
+        ),
+    ],
+)
+def test_at_least_names_each_field_below_its_minimum(
+    values: dict, minimum: int, problems: list
+) -> None:
+    assert at_least(Limits(**values), minimum, "steps", "limit") == problems
 
 
 @pytest.mark.parametrize(

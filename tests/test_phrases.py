@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -66,6 +68,19 @@ def test_extract_streams_aligned_files_with_corpus_idf(tmp_path: Path) -> None:
     assert table["the"] == pytest.approx(math.log(4 / 3) + 1)
     spans = read_phrase_spans(tmp_path / "out/rake.jsonl")
     assert spans["a dog sat"] == [(2, 9)]  # "a" is a stopword
+
+
+def test_jieba_loads_without_its_debug_lines() -> None:
+    """jieba logs its dictionary loading at DEBUG through its own handler and the stage's: twice
+    in a log file. A fresh process, since jieba loads its dictionary once."""
+    code = (
+        "import logging; logging.basicConfig(level=logging.DEBUG); "
+        "from sentemb.tfidf import jieba_words; print(jieba_words('我想申请信用卡'))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert "信用卡" in result.stdout and "jieba" not in result.stderr
 
 
 def test_chinese_uses_jieba_for_words_and_keywords() -> None:

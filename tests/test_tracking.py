@@ -639,13 +639,18 @@ def test_model_logged_with_the_flavour_loads_with_the_same_vectors(
     """Where MLflow supports the installed sentence-transformers (forced here: see the next
     test), `mlflow.sentence_transformers.load_model(run.model_uri)` gives the folder's vectors."""
     import mlflow
+    from mlflow.tracking import MlflowClient
     from sentence_transformers import SentenceTransformer
 
     folder = tiny_st_folder(tiny_model_dir, tmp_path / "model")
     monkeypatch.setattr(tracking, "flavour_unsupported", lambda: None)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME")  # sentemb's default experiment, as in dvc repro
     with mlflow_run("train", {}) as run:
         run.log_model(folder)
     assert run.unlogged == [] and run.model_uri
+    model = MlflowClient(tracking_uri=sqlite_uri).get_logged_model(run.model_uri.split("/")[-1])
+    assert model.experiment_id == run.experiment_id  # the run's, not "Default" in ./mlruns
+    assert not (tmp_path / "mlruns").exists()
     loaded = mlflow.sentence_transformers.load_model(run.model_uri)
     expected = SentenceTransformer(str(folder), device="cpu").encode(SENTENCES)
     np.testing.assert_array_equal(loaded.encode(SENTENCES), expected)

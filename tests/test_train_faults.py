@@ -93,6 +93,8 @@ def data_copy(data: Path, folder: Path) -> Path:
         ),
         ({"train": {"warmup_steps": -5}}, "simcse", "train.warmup_steps: must be >= 0, got -5"),
         ({"train": {"learning_rate": float("nan")}}, "simcse", "train.learning_rate: must be > 0"),
+        ({"train": {"pooler": "max"}}, "simcse", "train.pooler: 'max' is not one of"),
+        ({"train": {"eval_pooler": "cls "}}, "simcse", "train.eval_pooler: 'cls ' is not one of"),
         ({"train": {"device": "gpu0"}}, "simcse", "train.device: 'gpu0' is not a device"),
         ({"train": {"device": "cuda"}}, "simcse", "train.device: 'cuda', but torch"),
         (

@@ -55,12 +55,16 @@ class ConfigError(UserError, ValueError):
     """A param is unknown, of the wrong type or out of range."""
 
 
-def limit_problems(config: Any, *names: str) -> list[str]:
-    """One problem per field of `names` that is a limit below 1 (null, no limit, passes)."""
+def at_least(config: Any, minimum: int, *names: str) -> list[str]:
+    """One problem per field of `names` below `minimum`; null passes where the field may be
+    null (a limit: none)."""
+    hints = typing.get_type_hints(type(config))
     return [
-        f"{name}: must be >= 1 or null, got {value}"
+        f"{name}: must be >= {minimum}"
+        + (" or null" if type(None) in typing.get_args(hints[name]) else "")
+        + f", got {value}"
         for name in names
-        if (value := getattr(config, name)) is not None and value < 1
+        if (value := getattr(config, name)) is not None and value < minimum
     ]
 
 

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from sentemb.config import ConfigError
+from sentemb.config import ConfigError, at_least
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +64,7 @@ class ModelConfig:
             problems.append(f"precision: {self.precision!r} is not one of {list(PRECISIONS)}")
         if self.pooler not in ("auto", *POOLERS):
             problems.append(f"pooler: {self.pooler!r} is not one of {['auto', *POOLERS]}")
-        if self.max_length is not None and self.max_length <= 0:
-            problems.append(f"max_length: must be > 0, got {self.max_length}")
-        if self.batch_size <= 0:
-            problems.append(f"batch_size: must be > 0, got {self.batch_size}")
-        return problems
+        return problems + at_least(self, 1, "max_length", "batch_size")
 
 
 def resolve_model(name_or_path: str, param: str = "model.name_or_path") -> str:
@@ -314,6 +310,13 @@ POOLERS: dict[str, Pooler] = {
 }
 
 
+def check_pooler(pooler: str, param: str) -> str:
+    """`pooler` when `POOLERS` registers it, else a `ConfigError` naming `param`."""
+    if pooler not in POOLERS:
+        raise ConfigError(f"{param}: {pooler!r} is not one of {list(POOLERS)}")
+    return pooler
+
+
 def pool(
     pooler: str,
     hidden_states: Sequence[torch.Tensor],
@@ -321,9 +324,7 @@ def pool(
     pooler_layer: torch.nn.Module | None = None,
 ) -> torch.Tensor:
     """Pool token vectors into one sentence vector; `hidden_states[0]` is the embedding layer."""
-    spec = POOLERS.get(pooler)
-    if spec is None:
-        raise ConfigError(f"model.pooler: {pooler!r} is not one of {list(POOLERS)}")
+    spec = POOLERS[check_pooler(pooler, "model.pooler")]
     hidden = hidden_states[spec.layers[0]]
     if len(spec.layers) > 1:
         hidden = sum((hidden_states[i] for i in spec.layers[1:]), hidden) / float(len(spec.layers))
@@ -346,8 +347,7 @@ class Encoder(torch.nn.Module):
         precision: str = "auto",
     ) -> None:
         super().__init__()
-        if pooler not in POOLERS:
-            raise ConfigError(f"model.pooler: {pooler!r} is not one of {list(POOLERS)}")
+        check_pooler(pooler, "model.pooler")
         self.backbone, self.tokenizer, self.pooler = backbone, tokenizer, pooler
         self.precision = precision
         model_max = getattr(backbone.config, "max_position_embeddings", None) or 512

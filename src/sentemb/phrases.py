@@ -29,10 +29,10 @@ from typing import Any, TypeVar
 
 from tqdm.auto import tqdm
 
-from sentemb.config import ConfigError
+from sentemb.config import ConfigError, at_least
 from sentemb.data.readers import DataFormatError
 from sentemb.io import atomic_path
-from sentemb.tfidf import WORD_PATTERN, jieba_words
+from sentemb.tfidf import WORD_PATTERN, jieba_words, quiet_jieba
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -53,16 +53,10 @@ class PhrasesConfig:
     chunk_size: int = 1000  # sentences per task
 
     def validate(self) -> list[str]:
-        problems = [
-            f"{name}: must be >= 1, got {getattr(self, name)}"
-            for name in ("top_k", "min_length", "max_length", "keywords", "chunk_size")
-            if getattr(self, name) < 1
-        ]
+        problems = at_least(self, 1, "top_k", "min_length", "max_length", "keywords", "chunk_size")
         if self.max_length < self.min_length:
             problems.append(f"max_length: {self.max_length} is below min_length {self.min_length}")
-        if self.workers < 0:
-            problems.append(f"workers: must be >= 0, got {self.workers}")
-        return problems
+        return problems + at_least(self, 0, "workers")
 
     @property
     def chinese(self) -> bool:
@@ -172,6 +166,7 @@ class KeywordScorer:
     def __call__(self, sentence: str, top_k: int) -> list[list[Any]]:
         """The `top_k` words of highest TF-IDF, `[word, score]`; ties in alphabetical order."""
         if self.chinese:
+            quiet_jieba()
             import jieba.analyse
 
             tags = jieba.analyse.extract_tags(sentence, topK=top_k, withWeight=True)

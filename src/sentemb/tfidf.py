@@ -7,11 +7,15 @@ sentences of each `encode` call (the evaluation sentences: no Chinese corpus shi
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 
 import scipy.sparse as sp
 from sklearn.feature_extraction.text import TfidfVectorizer
+
+from sentemb.config import at_least
 
 WORD_PATTERN = r"(?u)\b\w+\b"  # words for English TF-IDF here and in the phrases stage
 
@@ -25,19 +29,21 @@ class TfidfConfig:
     min_df: int = 1
 
     def validate(self) -> list[str]:
-        problems = []
-        if self.max_features is not None and self.max_features <= 0:
-            problems.append(f"max_features: must be > 0, got {self.max_features}")
-        if self.min_df < 1:
-            problems.append(f"min_df: must be >= 1, got {self.min_df}")
-        return problems
+        return at_least(self, 1, "max_features", "min_df")
+
+
+def quiet_jieba() -> ModuleType:
+    """jieba, without its DEBUG lines on loading its dictionary (it prints them through its own
+    handler and again through the stage's log)."""
+    import jieba
+
+    jieba.setLogLevel(logging.INFO)
+    return jieba
 
 
 def jieba_words(text: str) -> list[str]:
     """Chinese word segmentation with jieba (punctuation and spaces dropped)."""
-    import jieba
-
-    return [w for w in jieba.lcut(text) if w.strip() and any(ch.isalnum() for ch in w)]
+    return [w for w in quiet_jieba().lcut(text) if w.strip() and any(ch.isalnum() for ch in w)]
 
 
 class TfidfEncoder:

@@ -459,6 +459,7 @@ class RunLogger:
 
         model = sentence_transformers.SentenceTransformer(str(folder), device="cpu")
         mlflow.set_tracking_uri(self.tracking_uri)
+        mlflow.set_experiment(experiment_id=self.experiment_id)  # else the model goes to "Default"
         requirement = f"sentence-transformers=={sentence_transformers.__version__}"
         info = Model.log(
             artifact_path=None,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from sentemb.config import UserError
+from sentemb.config import UserError, at_least
 from sentemb.data.sources import DATASETS, Dataset, RemoteFile
 from sentemb.io import atomic_path, write_json
 
@@ -38,9 +38,7 @@ class DataConfig:
     datasets: list[str] | None = None
 
     def validate(self) -> list[str]:
-        problems = []
-        if self.corpus_size <= 0:
-            problems.append(f"corpus_size: must be > 0, got {self.corpus_size}")
+        problems = at_least(self, 1, "corpus_size")
         if self.timeout <= 0:
             problems.append(f"timeout: must be > 0, got {self.timeout}")
         return problems

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sentemb.config import limit_problems
+from sentemb.config import at_least
 from sentemb.data.readers import read_chinese
 from sentemb.data.sources import CHINESE_SETS
 from sentemb.evaluation.base import CHINESE, Evaluator, SentenceEncoder, for_set, spearman
@@ -32,7 +32,7 @@ class ChineseConfig:
     def validate(self) -> list[str]:
         unknown = sorted(set(self.tasks) - set(CHINESE_SETS))
         problems = [f"tasks: unknown {unknown}; known {list(CHINESE_SETS)}"] if unknown else []
-        return problems + limit_problems(self, "max_pairs")
+        return problems + at_least(self, 1, "max_pairs")
 
 
 def dataset_name(task: str) -> str:

@@ -43,7 +43,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.preprocessing import normalize
 
-from sentemb.config import limit_problems
+from sentemb.config import at_least
 from sentemb.data.readers import (
     PairSet,
     RerankingSet,
@@ -92,10 +92,7 @@ class RetrievalConfig:
     max_pairs: int | None = None
 
     def validate(self) -> list[str]:
-        problems = limit_problems(self, "max_pairs")
-        for name in ("mrr_k", "query_chunk", "chunk_cells"):
-            if getattr(self, name) < 1:
-                problems.append(f"{name}: must be >= 1, got {getattr(self, name)}")
+        problems = at_least(self, 1, "max_pairs", "mrr_k", "query_chunk", "chunk_cells")
         if not self.qqp_splits:
             problems.append("qqp_splits: must name at least one split")
         for name, values, allowed in (

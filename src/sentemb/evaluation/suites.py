@@ -10,6 +10,7 @@ are loaded by `sentemb.evaluation.encoders`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,3 +95,8 @@ SUITES: dict[str, Suite] = {
         ),
     )
 }
+
+
+def keeping_pairs(names: Iterable[str] = SUITES) -> list[str]:
+    """The suites of `names` that keep each pair's scores (those scored over pairs)."""
+    return [name for name in names if SUITES[name].pairs]

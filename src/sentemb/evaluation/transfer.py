@@ -48,6 +48,7 @@ from sklearn.metrics import f1_score
 from sklearn.model_selection import StratifiedKFold
 from threadpoolctl import threadpool_limits
 
+from sentemb.config import at_least
 from sentemb.data.readers import read_binary, read_mrpc, read_sst2, read_trec
 from sentemb.data.sources import TRANSFER_FILES
 from sentemb.evaluation.base import (
@@ -83,10 +84,7 @@ class TransferConfig:
     warm_start: bool = False  # fit each fold's C grid as a warm-started path (not bit-identical)
 
     def validate(self) -> list[str]:
-        problems = []
-        for name in ("kfold", "inner_kfold"):
-            if getattr(self, name) < 2:
-                problems.append(f"{name}: must be >= 2, got {getattr(self, name)}")
+        problems = at_least(self, 2, "kfold", "inner_kfold") + at_least(self, 1, "max_iter")
         for name in ("regs", "kfold_regs"):
             grid = getattr(self, name)
             if not grid or not all(math.isfinite(c) and c > 0 for c in grid):
@@ -97,8 +95,6 @@ class TransferConfig:
             problems.append(f"n_jobs: must be >= 1 or -1 (all cores), got {self.n_jobs}")
         if self.solver not in SOLVERS:
             problems.append(f"solver: {self.solver!r} is not one of {list(SOLVERS)}")
-        if self.max_iter < 1:
-            problems.append(f"max_iter: must be >= 1, got {self.max_iter}")
         unknown = sorted(set(self.tasks) - set(TRANSFER_TASKS))
         if unknown:
             problems.append(f"tasks: unknown {unknown}; known {list(TRANSFER_TASKS)}")

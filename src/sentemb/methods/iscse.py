@@ -35,6 +35,7 @@ from typing import Literal, NamedTuple
 import torch
 from torch import Tensor
 
+from sentemb.config import at_least
 from sentemb.encoder import Encoder
 from sentemb.methods.base import Method, Objective, TrainState, Views, register_method
 from sentemb.methods.functional import (
@@ -243,9 +244,7 @@ class ISCSEConfig:
     alpha_end: float = 0.05
 
     def validate(self) -> list[str]:
-        problems = []
-        if self.buffer_size < 1:
-            problems.append(f"buffer_size: must be >= 1, got {self.buffer_size}")
+        problems = at_least(self, 1, "buffer_size")
         if not 1 <= self.k <= self.buffer_size:
             problems.append(f"k: must be in [1, buffer_size={self.buffer_size}], got {self.k}")
         if self.retrieval == "kmeans" and not 1 <= self.clusters <= self.buffer_size:

@@ -26,7 +26,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase
 
-from sentemb.config import ConfigError
+from sentemb.config import ConfigError, at_least
 from sentemb.data.augment import EDA, EDA_OPERATIONS
 from sentemb.data.readers import DataFormatError
 from sentemb.encoder import Encoder
@@ -54,13 +54,8 @@ class PaSeRConfig:
     stopwords: str = "english"
 
     def validate(self) -> list[str]:
-        problems = []
-        for name in ("mask_phrases", "decoder_layers", "max_target_length"):
-            if getattr(self, name) < 1:
-                problems.append(f"{name}: must be >= 1, got {getattr(self, name)}")
-        for name in ("m", "n", "generative_weight", "mlm_weight"):
-            if getattr(self, name) < 0:
-                problems.append(f"{name}: must be >= 0, got {getattr(self, name)}")
+        problems = at_least(self, 1, "mask_phrases", "decoder_layers", "max_target_length")
+        problems += at_least(self, 0, "m", "n", "generative_weight", "mlm_weight")
         if not 0 < self.mlm_probability < 1:
             problems.append(f"mlm_probability: must be in (0, 1), got {self.mlm_probability}")
         if not 0 <= self.augment_ratio < 1:

@@ -28,7 +28,14 @@ from typing import Any
 
 import numpy as np
 
-from sentemb.config import EVAL_SUITES, ConfigError, UserError, from_dict, limit_problems, section
+from sentemb.config import (
+    EVAL_SUITES,
+    ConfigError,
+    UserError,
+    at_least,
+    from_dict,
+    section,
+)
 from sentemb.data.readers import PairSet, read_chinese, read_stsb, training_corpus
 from sentemb.encoder import ModelConfig, ModelIdentity, model_identity
 from sentemb.evaluation.base import (
@@ -93,13 +100,10 @@ class SharedRefineConfig:
             problems.append(f"methods: unknown {unknown}; the refinements are {list(REFINEMENTS)}")
         if self.fit_on not in FIT_ON:
             problems.append(f"fit_on: {self.fit_on!r} is not one of {list(FIT_ON)}")
-        if self.corpus_size is not None and self.corpus_size < 2:
-            problems.append(f"corpus_size: must be >= 2, got {self.corpus_size}")
+        problems += at_least(self, 2, "corpus_size")
         if set(self.suites) - set(EVAL_SUITES):
             problems.append(f"suites: {self.suites} must be a subset of {list(EVAL_SUITES)}")
-        if self.pairs < 1:
-            problems.append(f"pairs: must be >= 1, got {self.pairs}")
-        return problems + limit_problems(self, "valid_pairs")
+        return problems + at_least(self, 1, "pairs", "valid_pairs")
 
 
 # Params section `refine`: the shared keys, then one sub-section per registered refinement

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sentemb.config import ConfigError
+from sentemb.config import ConfigError, at_least
 from sentemb.evaluation.base import SentenceEncoder
 from sentemb.phrases import KeywordScorer, nltk_stopwords
 from sentemb.postprocess.base import (
@@ -36,7 +36,7 @@ from sentemb.postprocess.base import (
     register_refinement,
     unique,
 )
-from sentemb.tfidf import WORD_PATTERN
+from sentemb.tfidf import WORD_PATTERN, quiet_jieba
 
 LEVELS = ("sentence", "corpus")
 MASKS = ("tri", "key")
@@ -60,8 +60,7 @@ class RepALConfig:
             problems.append(f"mask: {self.mask!r} is not one of {list(MASKS)}")
         if not self.levels or set(self.levels) - set(LEVELS):
             problems.append(f"levels: {self.levels} must be a non-empty subset of {list(LEVELS)}")
-        if self.keywords < 1:
-            problems.append(f"keywords: must be >= 1, got {self.keywords}")
+        problems += at_least(self, 1, "keywords")
         for name in ("lambda1", "lambda2"):
             if not getattr(self, name):
                 problems.append(f"{name}: the grid is empty")
@@ -177,13 +176,11 @@ class PartialMask:
         keywords = self.keywords(sentence)
         masked_is_keyword = self.mask == "tri"
         if self.chinese:
-            import jieba
-
             return "".join(
                 self.mask_token
                 if any(c.isalnum() for c in w) and (w in keywords) == masked_is_keyword
                 else w
-                for w in jieba.lcut(sentence)
+                for w in quiet_jieba().lcut(sentence)
             )
 
         def replace(match: re.Match[str]) -> str:

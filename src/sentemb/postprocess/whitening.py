@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sentemb.config import ConfigError
+from sentemb.config import ConfigError, at_least
 from sentemb.evaluation.base import SentenceEncoder
 from sentemb.postprocess.base import Refinement, Scalars, Tensors, register_refinement, unique
 
@@ -27,9 +27,7 @@ class WhiteningConfig:
     dim: int | None = None  # keep the first k whitened dimensions (Su et al. §3); null = all
 
     def validate(self) -> list[str]:
-        if self.dim is not None and self.dim < 1:
-            return [f"dim: must be >= 1, got {self.dim}"]
-        return []
+        return at_least(self, 1, "dim")
 
 
 @dataclass

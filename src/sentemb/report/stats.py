@@ -23,6 +23,8 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import rankdata, ttest_rel
 
+from sentemb.config import at_least
+
 NO_DIFFERENCE = "no significant difference"
 NOISE = "noise"
 CHUNK = 100  # bootstrap replicates scored at once (bounds memory on the 20k-pair sets)
@@ -42,8 +44,7 @@ class CompareConfig:
         problems = []
         if not 0 <= self.noise < float("inf"):
             problems.append(f"noise: must be a finite number >= 0 (score points), got {self.noise}")
-        if self.resamples < 1:
-            problems.append(f"resamples: must be >= 1, got {self.resamples}")
+        problems += at_least(self, 1, "resamples")
         if not 0 < self.confidence < 1:
             problems.append(f"confidence: must be in (0, 1), got {self.confidence}")
         if len(self.bins) < 2 or any(b >= c for b, c in itertools.pairwise(self.bins)):

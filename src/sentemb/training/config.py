@@ -1,4 +1,5 @@
-"""Params section `train`, apart from the loop so that stages reading it import no training code."""
+"""Params section `train`, apart from the loop so that stages reading it import no training code
+(nor torch: the poolers it names are checked where training starts, `training.run.prepare`)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from sentemb.config import limit_problems
-from sentemb.encoder import POOLERS
+from sentemb.config import at_least
 
 DEVICES = r"auto|cpu|cuda(:\d+)?"  # whether the machine has it is checked where training starts
 # AdamW's first update is learning_rate / (1 - beta1) = 10 x learning_rate, which must be a float32
@@ -39,20 +39,18 @@ class TrainConfig:
     corpus: Literal["wiki", "sts"] = "wiki"
 
     def validate(self) -> list[str]:
-        problems = []
-        for name in (
+        problems = at_least(
+            self,
+            1,
             "max_length",
             "batch_size",
             "epochs",
+            "max_steps",
             "eval_steps",
             "checkpoint_steps",
             "log_steps",
-        ):
-            if getattr(self, name) < 1:
-                problems.append(f"{name}: must be >= 1, got {getattr(self, name)}")
-        problems += limit_problems(self, "max_steps")
-        if self.warmup_steps < 0:
-            problems.append(f"warmup_steps: must be >= 0, got {self.warmup_steps}")
+        )
+        problems += at_least(self, 0, "warmup_steps")
         if not 0 < self.learning_rate < MAX_LEARNING_RATE:
             problems.append(
                 f"learning_rate: must be > 0 and < {MAX_LEARNING_RATE:.3g} (AdamW's first step, "
@@ -60,9 +58,6 @@ class TrainConfig:
             )
         if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
             problems.append(f"weight_decay: must be a finite number >= 0, got {self.weight_decay}")
-        for name in ("pooler", "eval_pooler"):
-            if getattr(self, name) not in POOLERS:
-                problems.append(f"{name}: {getattr(self, name)!r} is not one of {list(POOLERS)}")
         if not re.fullmatch(DEVICES, self.device):
             problems.append(
                 f"device: {self.device!r} is not a device; use auto, cpu, cuda or cuda:<index>"

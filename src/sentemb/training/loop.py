@@ -391,12 +391,14 @@ class Trainer:
         if result.steps == 0:
             if self.rank == 0:
                 result.initial_dev = self.dev_score()
+                log.info("step 0: dev %.2f (the untrained model)", result.initial_dev)
             if self.world > 1:
                 dist.barrier()
         best_dir = self.run_dir / "best"
         started = time.perf_counter()
         quiet = True if self.rank != 0 else None  # None: a bar only when stderr is a terminal
         bar = tqdm(range(result.steps, self.total_steps), desc="train", disable=quiet)
+        log_lines = self.rank == 0 and bar.disable  # a log file gets the bar's news as lines
         for step in bar:
             logs = self.step(step)
             result.steps = step + 1
@@ -404,6 +406,8 @@ class Trainer:
                 result.loss_curve.append({"step": result.steps, "loss": logs["loss"]})
                 self.on_log(logs, result.steps)
                 bar.set_postfix(loss=f"{logs['loss']:.4f}")
+                if log_lines:
+                    log.info("step %d/%d: loss %.4f", result.steps, self.total_steps, logs["loss"])
             if result.steps % self.config.eval_steps == 0 or result.steps == self.total_steps:
                 self._evaluate(result, best_dir)
             if result.steps % self.config.checkpoint_steps == 0:
@@ -456,6 +460,7 @@ class Trainer:
                 raise self.diverged(result.steps, f"the dev score is {score}")
             result.dev_curve.append({"step": result.steps, "dev": score})
             self.on_log({"dev": score}, result.steps)
+            log.info("step %d: dev %.2f", result.steps, score)
             if score > result.best_score:
                 result.best_score, result.best_step = score, result.steps
                 with atomic_path(best_dir, folder=True) as tmp:

@@ -18,7 +18,7 @@ import numpy as np
 from sentemb.config import ConfigError, run_plan, section
 from sentemb.data.readers import DataFormatError, training_corpus
 from sentemb.data.sources import DATASETS
-from sentemb.encoder import Encoder, ModelConfig, model_identity
+from sentemb.encoder import Encoder, ModelConfig, check_pooler, model_identity
 from sentemb.evaluation.sts import STSEvaluator
 from sentemb.methods import CombinedMethod
 from sentemb.methods.base import parse_spec
@@ -145,6 +145,8 @@ def prepare(spec: str, seed: int, params: Mapping[str, Any], data: Path) -> Trai
         raise ConfigError(f"--seed: expected an integer >= 0, got {seed}")
     model_config = section(params, "model", ModelConfig)
     config = section(params, "train", TrainConfig)
+    for name in ("pooler", "eval_pooler"):
+        check_pooler(getattr(config, name), f"train.{name}")
     sentences = list(training_corpus(data, config.corpus))
     corpus = (
         str(data / "corpus" / "train.txt")
