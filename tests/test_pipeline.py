@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -15,6 +16,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
+# A package data file a module reads: resources.files("sentemb.data").joinpath("checksums.json")
+RESOURCE_READ = re.compile(r'resources\.files\("([\w.]+)"\)\.joinpath\("([^"]+)"\)')
 
 
 def module_file(name: str) -> Path | None:
@@ -56,7 +59,7 @@ def stages() -> dict[str, dict]:
 def used_files(script: Path) -> set[Path]:
     """`imported_files` and, for a package that imports all its modules (`pkgutil.iter_modules`
     over its own `__path__`: methods, refinements), every module of it and what they import;
-    `checksums.json` with the module that reads it."""
+    and the package data files they read (`resources.files(...).joinpath(...)`)."""
     used = imported_files(script) | {script}
     todo = list(used)
     while todo:
@@ -67,8 +70,11 @@ def used_files(script: Path) -> set[Path]:
                 found |= {module, *imported_files(module)}
         todo += sorted(found - used)
         used |= found
-    download = SRC / "sentemb/data/download.py"
-    return used | ({download.with_name("checksums.json")} if download in used else set())
+    return used | {
+        SRC / package.replace(".", "/") / name
+        for path in used
+        for package, name in RESOURCE_READ.findall(path.read_text(encoding="utf-8"))
+    }
 
 
 def code_deps(script: Path) -> set[str]:
