@@ -41,8 +41,9 @@ from train_step import CORPUS, ROOT, WARMUP, pipeline_trainer, timed
 
 from sentemb.config import load_params, section
 from sentemb.data.readers import read_corpus
-from sentemb.encoder import Encoder, ModelConfig, autocast, autocast_dtype
+from sentemb.encoder import Encoder, autocast, autocast_dtype
 from sentemb.evaluation.sts import STSEvaluator
+from sentemb.model_config import ModelConfig
 from sentemb.training.config import TrainConfig
 
 METHODS = ["simcse", "sscl", "iscse", "dclr", "paser"]

@@ -28,8 +28,9 @@ from train_step import CORPUS, ROOT, WARMUP, pipeline_trainer, timed
 
 from sentemb.config import load_params, section
 from sentemb.data.readers import read_corpus, read_stsb
-from sentemb.encoder import Encoder, ModelConfig
+from sentemb.encoder import Encoder
 from sentemb.evaluation.sts import STSEvaluator
+from sentemb.model_config import ModelConfig
 from sentemb.training.config import TrainConfig
 
 PRECISIONS = ("fp32", "bf16")

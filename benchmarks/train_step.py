@@ -37,8 +37,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from sentemb.config import load_params, section
 from sentemb.data.readers import read_corpus
-from sentemb.encoder import Encoder, ModelConfig, autocast, resolve_model
+from sentemb.encoder import Encoder, autocast, resolve_model
 from sentemb.methods.base import CombinedMethod
+from sentemb.model_config import ModelConfig
 from sentemb.training.config import TrainConfig
 from sentemb.training.loop import Trainer
 

@@ -29,7 +29,6 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import GridSearchCV, cross_validate
 
 from sentemb.config import load_params, section
-from sentemb.encoder import ModelConfig
 from sentemb.evaluation import transfer
 from sentemb.evaluation.base import Embeddings, SentenceEncoder
 from sentemb.evaluation.encoders import load_encoder
@@ -39,6 +38,7 @@ from sentemb.evaluation.transfer import (
     TransferConfig,
     TransferEvaluator,
 )
+from sentemb.model_config import ModelConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -20,8 +20,9 @@ from pathlib import Path
 from sentemb.analysis import AnalysisConfig, analyze
 from sentemb.cli import run_stage
 from sentemb.config import load_params, section
-from sentemb.encoder import ModelConfig, check_pooler
+from sentemb.encoder import check_pooler
 from sentemb.io import check_output
+from sentemb.model_config import ModelConfig
 from sentemb.tracking import mlflow_run
 from sentemb.training.config import TrainConfig
 
@@ -39,9 +40,9 @@ def main() -> None:
     params = load_params(args.params)
     config = section(params, "analysis", AnalysisConfig)
     model = section(params, "model", ModelConfig)
-    if args.model is None:
-        pooler = section(params, "train", TrainConfig).eval_pooler
-        name, pooler = model.name_or_path, check_pooler(pooler, "train.eval_pooler")
+    if args.model is None:  # the untrained model, pooled as training's evaluations pool it
+        eval_pooler = section(params, "train", TrainConfig).eval_pooler
+        name, pooler = model.name_or_path, check_pooler(eval_pooler, "train.eval_pooler")
     else:
         name, pooler = args.model, "auto"
     tracked = {"model": name, "pooler": pooler, "analysis": params.get("analysis", {})}

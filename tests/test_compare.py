@@ -10,7 +10,7 @@ from scipy.stats import bootstrap, spearmanr, ttest_rel
 
 from sentemb.config import ConfigError, load_params, run_plan, section
 from sentemb.evaluation.suites import SUITES
-from sentemb.report.compare import REFERENCE, Folders, Runs, aggregate, compare, load
+from sentemb.report.compare import RECORDS, REFERENCE, Folders, Runs, aggregate, compare, load
 from sentemb.report.stats import (
     CompareConfig,
     PairTask,
@@ -207,6 +207,7 @@ def fake_runs(methods: list[str], seeds: list[int]) -> Runs:
                 run[suite]["avg"] = float(np.mean(list(run[suite].values())))
             run["sts"]["repal"] = {"avg": run["sts"]["avg"] + 1}
             run["train"] = {"sentences": 100}
+            run["refine"] = {"fit_on": "corpus"}
             run["analysis"] = {
                 "alignment": 0.1 * noise,
                 "uniformity": -2.0 - noise,
@@ -263,7 +264,7 @@ def test_load_names_the_first_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"runs/simcse-1/sts\.json: not found; `dvc repro`"):
         load(params, folders)
     for folder, names in (
-        (folders.runs / "simcse-1", [*SUITES, "train", "analysis"]),
+        (folders.runs / "simcse-1", [*SUITES, *RECORDS]),
         (folders.reference, SUITES),
         (folders.tfidf, SUITES),
     ):

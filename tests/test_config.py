@@ -22,8 +22,8 @@ from sentemb.config import (
     section,
 )
 from sentemb.data.download import DataConfig
-from sentemb.encoder import ModelConfig
 from sentemb.evaluation.sts import STSConfig
+from sentemb.model_config import ModelConfig
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -42,6 +42,8 @@ def test_repo_params_load() -> None:
         ({"data": {"corpus_size": "many"}}, "data.corpus_size: expected int"),
         ({"data": {"corpus_size": True}}, "data.corpus_size: expected int"),
         ({"data": {"corpus_size": -1}}, "data.corpus_size: must be >= 1, got -1"),
+        ({"data": {"timeout": 0}}, r"data.timeout: must be > 0, got 0.0"),
+        ({"data": {"timeout": float("nan")}}, r"data.timeout: must be > 0, got nan"),
     ],
 )
 def test_bad_data_params(values: dict, message: str) -> None:
@@ -50,8 +52,6 @@ def test_bad_data_params(values: dict, message: str) -> None:
 
 
 def test_bad_nested_params() -> None:
-    with pytest.raises(ConfigError, match=r"model\.pooler"):
-        section({"model": {"pooler": "max"}}, "model", ModelConfig)
     with pytest.raises(ConfigError, match=r"eval.sts.tasks: unknown \['STS17'\]"):
         section({"eval": {"sts": {"tasks": ["STS17"]}}}, "eval.sts", STSConfig)
     with pytest.raises(ConfigError, match=r"eval.sts.tasks\[0\]: expected str"):
@@ -85,10 +85,12 @@ def test_known_sections_are_those_of_params_yaml_and_the_method_registry() -> No
 
 
 def test_config_modules_stay_light() -> None:
-    """The loader and `TrainConfig` (read by phrases, refine, analyze and compare) import no
-    torch: a stage's deps are what it computes with (tests/test_pipeline.py)."""
+    """The loader, `ModelConfig`, `TrainConfig` (read by phrases, refine, analyze and compare)
+    and the whole of compare's library import no torch: a stage's deps are what it computes
+    with (tests/test_pipeline.py)."""
     code = (
-        "import sys, sentemb.config, sentemb.training.config; "
+        "import sys, sentemb.config, sentemb.model_config, sentemb.training.config, "
+        "sentemb.report.compare; "
         "assert not {'torch', 'transformers'} & set(sys.modules), 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
@@ -98,6 +100,12 @@ def test_config_modules_stay_light() -> None:
 class Limits:
     steps: int = 3
     limit: int | None = None
+
+
+@dataclass
+class Scales:
+    rate: float = 0.5
+    cap: float | None = None
 
 
 @pytest.mark.parametrize(
@@ -121,6 +129,29 @@ def test_at_least_names_each_field_below_its_minimum(
     values: dict, minimum: int, problems: list
 ) -> None:
     assert at_least(Limits(**values), minimum, "steps", "limit") == problems
+
+
+@pytest.mark.parametrize(
+    ("values", "strict", "problems"),
+    [
+        ({}, True, []),
+        ({"rate": 0.0, "cap": 0.0}, False, []),  # the bound itself passes >= ...
+        (
+            {"rate": 0.0, "cap": 0.0},
+            True,  # ... and fails >
+            ["rate: must be > 0, got 0.0", "cap: must be > 0 or null, got 0.0"],
+        ),
+        (
+            {"rate": float("nan"), "cap": float("nan")},  # NaN compares false: fails both
+            False,
+            ["rate: must be >= 0, got nan", "cap: must be >= 0 or null, got nan"],
+        ),
+        ({"rate": float("nan")}, True, ["rate: must be > 0, got nan"]),
+        ({"rate": -1e-9, "cap": float("inf")}, False, ["rate: must be >= 0, got -1e-09"]),
+    ],
+)
+def test_at_least_on_floats_strict_and_nan(values: dict, strict: bool, problems: list) -> None:
+    assert at_least(Scales(**values), 0, "rate", "cap", strict=strict) == problems
 
 
 @pytest.mark.parametrize(

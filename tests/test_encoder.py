@@ -16,17 +16,16 @@ import torch
 from sentemb import encoder
 from sentemb.config import ConfigError, section
 from sentemb.encoder import (
-    DEFAULT_MODEL,
     POOLER_FILE,
     POOLERS,
     Encoder,
-    ModelConfig,
     autocast_dtype,
     pool,
     resolve_model,
     saved_pooler,
     sentence_transformers_pooler,
 )
+from sentemb.model_config import DEFAULT_MODEL, ModelConfig
 
 # batch of 2 sentences, 3 positions, dim 2; the second sentence has one padding position
 LAYER1 = torch.tensor([[[1.0, 1.0], [3.0, 1.0], [5.0, 1.0]], [[0.0, 2.0], [2.0, 2.0], [9.0, 9.0]]])

@@ -62,6 +62,20 @@ def test_missing_model_folder_is_named(
         Encoder.from_pretrained(name)
 
 
+@pytest.mark.parametrize(
+    ("values", "language", "param"),
+    [
+        ({"model": {"pooler": "max"}}, "en", "model.pooler"),
+        ({"eval": {"chinese": {"pooler": "max"}}}, "zh", "eval.chinese.pooler"),
+    ],
+)
+def test_unknown_pooler_is_refused_naming_its_param_before_the_model_is_looked_up(
+    values: dict, language: str, param: str, tmp_path: Path
+) -> None:
+    with pytest.raises(ConfigError, match=rf"^{param}: 'max' is not one of \['auto', 'cls', "):
+        load_encoder("./no-such-model", language, values, tmp_path)
+
+
 def test_a_file_is_no_model_folder(tmp_path: Path) -> None:
     (tmp_path / "model.txt").write_text("a model\n")
     with pytest.raises(ConfigError, match=r"model\.txt: a file, not a model folder$"):

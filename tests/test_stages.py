@@ -325,6 +325,7 @@ def fake_run(root: Path, name: str, noise: float, rng: np.random.Generator, anal
     )
     write_json_file(root / "metrics/runs" / name / "retrieval.json", {"avg": 50.0})
     write_json_file(root / "metrics/runs" / name / "train.json", {"sentences": 500})
+    write_json_file(root / "metrics/runs" / name / "refine.json", {"fit_on": "eval"})
     write_json_file(root / "metrics/runs" / name / "analysis.json", analysis)
     for kind in ("loss", "dev"):
         curve = [{"step": s, kind: 1.0 / s + noise} for s in (1, 2, 3)]
@@ -377,6 +378,7 @@ def test_analyze_then_compare(
     report = (tmp_path / "reports/summary.md").read_text()
     assert "| sscl + RepAL |" in report and "## Against simcse" in report
     assert "| reference (untrained) |" in report and "## Deviations from the papers" in report
+    assert "- refinements fitted on: eval" in report  # as the runs' refine.json say
     for name in ("training", "alignment_uniformity", "cosine_density", "layers"):
         assert (tmp_path / f"plots/compare/{name}.png").read_bytes()[:4] == b"\x89PNG"
     (tmp_path / "metrics/runs/sscl-2/chinese.json").unlink()

@@ -43,11 +43,11 @@ def data(tmp_path_factory: pytest.TempPathFactory, mirror: Path, env: dict[str, 
     return work / "data" / "raw"
 
 
-def training(work: Path, mirror: Path, model: Path, **sections: dict) -> Path:
-    """Params for 4 steps of batch 16 on `model` (sections update the defaults) in `work`."""
+def training(work: Path, mirror: Path, model_dir: Path, **sections: dict) -> Path:
+    """Params for 4 steps of batch 16 on `model_dir` (sections update the defaults) in `work`."""
     work.mkdir(exist_ok=True)
     train = {"batch_size": 16, "max_steps": 4, "eval_steps": 2, "checkpoint_steps": 1}
-    params = write_params(work, mirror, model={"name_or_path": str(model)})
+    params = write_params(work, mirror, model={"name_or_path": str(model_dir)})
     values = yaml.safe_load(params.read_text())
     values["train"].update(train)
     values["iscse"].update(buffer_size=32, k=2, clusters=2)
@@ -95,6 +95,12 @@ def data_copy(data: Path, folder: Path) -> Path:
         ({"train": {"learning_rate": float("nan")}}, "simcse", "train.learning_rate: must be > 0"),
         ({"train": {"pooler": "max"}}, "simcse", "train.pooler: 'max' is not one of"),
         ({"train": {"eval_pooler": "cls "}}, "simcse", "train.eval_pooler: 'cls ' is not one of"),
+        ({"model": {"pooler": "max"}}, "simcse", "model.pooler: 'max' is not one of ['auto', "),
+        (
+            {"dclr": {"complementary_pooler": "max"}},
+            "dclr",
+            "dclr.complementary_pooler: 'max' is not one of ['auto', ",
+        ),
         ({"train": {"device": "gpu0"}}, "simcse", "train.device: 'gpu0' is not a device"),
         ({"train": {"device": "cuda"}}, "simcse", "train.device: 'cuda', but torch"),
         (

@@ -26,8 +26,9 @@ from sklearn.preprocessing import normalize
 
 from sentemb.config import ConfigError
 from sentemb.data.readers import read_stsb
-from sentemb.encoder import POOLERS, Encoder, ModelConfig
+from sentemb.encoder import POOLERS, Encoder
 from sentemb.evaluation.base import embed, require_finite, scoring
+from sentemb.model_config import ModelConfig
 
 
 @dataclass

@@ -55,16 +55,17 @@ class ConfigError(UserError, ValueError):
     """A param is unknown, of the wrong type or out of range."""
 
 
-def at_least(config: Any, minimum: int, *names: str) -> list[str]:
-    """One problem per field of `names` below `minimum`; null passes where the field may be
-    null (a limit: none)."""
+def at_least(config: Any, minimum: float, *names: str, strict: bool = False) -> list[str]:
+    """One problem per field of `names` below `minimum` (or equal to it, with `strict`); NaN
+    fails every bound; null passes where the field may be null (a limit: none)."""
     hints = typing.get_type_hints(type(config))
     return [
-        f"{name}: must be >= {minimum}"
+        f"{name}: must be {'>' if strict else '>='} {minimum}"
         + (" or null" if type(None) in typing.get_args(hints[name]) else "")
         + f", got {value}"
         for name in names
-        if (value := getattr(config, name)) is not None and value < minimum
+        if (value := getattr(config, name)) is not None
+        and not (value > minimum if strict else value >= minimum)
     ]
 
 

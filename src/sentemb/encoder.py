@@ -35,36 +35,15 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from sentemb.config import ConfigError, at_least
+from sentemb.config import ConfigError
+from sentemb.model_config import DEFAULT_MODEL
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 POOLER_FILE = "sentemb_pooler.json"
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 PICKLE_WEIGHT_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 HUB_TIMEOUT = 10.0  # seconds for the one request that tells whether the hub can give a model
-
-
-@dataclass
-class ModelConfig:
-    """Params section `model`."""
-
-    name_or_path: str = DEFAULT_MODEL
-    pooler: str = "auto"
-    max_length: int | None = None
-    batch_size: int = 128
-    trust_remote_code: bool = False
-    precision: str = "auto"
-
-    def validate(self) -> list[str]:
-        problems = []
-        if self.precision not in PRECISIONS:
-            problems.append(f"precision: {self.precision!r} is not one of {list(PRECISIONS)}")
-        if self.pooler not in ("auto", *POOLERS):
-            problems.append(f"pooler: {self.pooler!r} is not one of {['auto', *POOLERS]}")
-        return problems + at_least(self, 1, "max_length", "batch_size")
 
 
 def resolve_model(name_or_path: str, param: str = "model.name_or_path") -> str:
@@ -310,10 +289,12 @@ POOLERS: dict[str, Pooler] = {
 }
 
 
-def check_pooler(pooler: str, param: str) -> str:
-    """`pooler` when `POOLERS` registers it, else a `ConfigError` naming `param`."""
-    if pooler not in POOLERS:
-        raise ConfigError(f"{param}: {pooler!r} is not one of {list(POOLERS)}")
+def check_pooler(pooler: str, param: str, auto: bool = False) -> str:
+    """`pooler` when `POOLERS` registers it (or it is `auto`, the model's own pooling, where
+    `auto` allows that), else a `ConfigError` naming `param`."""
+    allowed = ["auto", *POOLERS] if auto else list(POOLERS)
+    if pooler not in allowed:
+        raise ConfigError(f"{param}: {pooler!r} is not one of {allowed}")
     return pooler
 
 

@@ -38,10 +38,7 @@ class DataConfig:
     datasets: list[str] | None = None
 
     def validate(self) -> list[str]:
-        problems = at_least(self, 1, "corpus_size")
-        if self.timeout <= 0:
-            problems.append(f"timeout: must be > 0, got {self.timeout}")
-        return problems
+        return at_least(self, 1, "corpus_size") + at_least(self, 0, "timeout", strict=True)
 
 
 class DataUnavailable(UserError, RuntimeError):

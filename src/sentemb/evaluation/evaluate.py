@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from sentemb.config import ConfigError, section
-from sentemb.encoder import ModelConfig, model_identity
+from sentemb.encoder import model_identity
 from sentemb.evaluation.base import (
     CHINESE,
     ENGLISH,
@@ -32,6 +32,7 @@ from sentemb.evaluation.base import (
 from sentemb.evaluation.chinese import ChineseConfig
 from sentemb.evaluation.encoders import load_encoder, model_names
 from sentemb.evaluation.suites import SUITES
+from sentemb.model_config import ModelConfig
 from sentemb.postprocess import load_refinement, refinements
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from sentemb.config import ConfigError, section
+from sentemb.config import ConfigError, at_least, section
 from sentemb.encoder import Encoder, EncoderOutput
 from sentemb.methods.functional import gather_with_grad, info_nce
 
@@ -32,7 +32,7 @@ class SimCSEConfig:
     temperature: float = 0.05
 
     def validate(self) -> list[str]:
-        return [] if self.temperature > 0 else [f"temperature: must be > 0, got {self.temperature}"]
+        return at_least(self, 0, "temperature", strict=True)
 
 
 @dataclass

@@ -36,7 +36,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from sentemb.encoder import Encoder, saved_pooler
+from sentemb.config import at_least
+from sentemb.encoder import Encoder, check_pooler, saved_pooler
 from sentemb.methods.base import Method, Objective, TrainState, Views, register_method
 from sentemb.methods.functional import (
     NORM_EPS,
@@ -187,13 +188,8 @@ class DCLRConfig:
     complementary_pooler: str = "auto"
 
     def validate(self) -> list[str]:
-        problems = []
-        if self.noise_ratio < 0:
-            problems.append(f"noise_ratio: must be >= 0, got {self.noise_ratio}")
-        if self.sigma <= 0 or self.noise_temperature <= 0:
-            problems.append("sigma, noise_temperature: must be > 0")
-        if self.ascent_steps < 0 or self.ascent_lr < 0:
-            problems.append("ascent_steps, ascent_lr: must be >= 0")
+        problems = at_least(self, 0, "noise_ratio", "ascent_steps", "ascent_lr")
+        problems += at_least(self, 0, "sigma", "noise_temperature", strict=True)
         if not 0 <= self.phi <= 1:
             problems.append(f"phi: must be in [0, 1], got {self.phi}")
         return problems
@@ -205,6 +201,7 @@ class DCLR(Method):
 
     def __init__(self, config: DCLRConfig, encoder: Encoder) -> None:
         super().__init__(config, encoder)
+        check_pooler(config.complementary_pooler, "dclr.complementary_pooler", auto=True)
         if config.complementary_model is None:
             complementary = copy.deepcopy(encoder)
             complementary.pooler = (

@@ -249,12 +249,14 @@ class ISCSEConfig:
             problems.append(f"k: must be in [1, buffer_size={self.buffer_size}], got {self.k}")
         if self.retrieval == "kmeans" and not 1 <= self.clusters <= self.buffer_size:
             problems.append(f"clusters: must be in [1, buffer_size], got {self.clusters}")
-        if self.beta <= 0:
-            problems.append(f"beta: must be > 0, got {self.beta}")
         if not 0 <= self.gamma <= 1:
             problems.append(f"gamma: must be in [0, 1], got {self.gamma}")
-        if self.alpha < 0 or not 0 <= self.alpha_start <= self.alpha_end:
-            problems.append("alpha, alpha_start, alpha_end: need alpha >= 0, 0 <= start <= end")
+        problems += at_least(self, 0, "beta", strict=True)
+        problems += at_least(self, 0, "alpha", "alpha_start", "alpha_end")
+        if not self.alpha_start <= self.alpha_end:
+            problems.append(
+                f"alpha_end: must be >= alpha_start ({self.alpha_start}), got {self.alpha_end}"
+            )
         return problems
 
 

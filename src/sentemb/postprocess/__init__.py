@@ -37,7 +37,7 @@ from sentemb.config import (
     section,
 )
 from sentemb.data.readers import PairSet, read_chinese, read_stsb, training_corpus
-from sentemb.encoder import ModelConfig, ModelIdentity, model_identity
+from sentemb.encoder import ModelIdentity, model_identity
 from sentemb.evaluation.base import (
     CachedEncoder,
     SentenceEncoder,
@@ -53,6 +53,7 @@ from sentemb.evaluation.encoders import load_encoder
 from sentemb.evaluation.retrieval import CHINESE_PAIR_SETS, RetrievalConfig
 from sentemb.evaluation.sts import cosine_scores
 from sentemb.io import atomic_path
+from sentemb.model_config import ModelConfig
 from sentemb.phrases import IDF_FILE, read_idf, write_idf
 from sentemb.postprocess.base import (
     REFINEMENTS,

@@ -37,6 +37,7 @@ from sentemb.report.stats import (
 
 GEOMETRY = ("alignment", "uniformity")
 CURVES = ("loss", "dev")
+RECORDS = ("train", "refine", "analysis")  # a run's metrics files besides its suites'
 LAYERS = ("inter_layer", "token_wise")
 
 
@@ -55,7 +56,7 @@ class Folders:
 class Runs:
     """Everything `compare` reads, in memory.
 
-    `files[method][i]` maps each suite, `train` and `analysis` to seed i's metrics file;
+    `files[method][i]` maps each suite and each of `RECORDS` to seed i's metrics file;
     `predictions[suite][method][i]` holds seed i's `--predictions` arrays of a pair suite;
     `curves[method]` the seeds' loss and dev records, concatenated; `singles` the reference
     rows' metrics files per suite; `before` the untrained model's analysis."""
@@ -96,7 +97,7 @@ def load(params: dict[str, Any], folders: Folders) -> Runs:
     runs = {m: [run_name(m, s) for s in seeds] for m in methods}
     files = {
         m: [
-            {s: read_json(folders.runs / r / f"{s}.json") for s in (*SUITES, "train", "analysis")}
+            {s: read_json(folders.runs / r / f"{s}.json") for s in (*SUITES, *RECORDS)}
             for r in names
         ]
         for m, names in runs.items()
@@ -181,7 +182,10 @@ def compare(runs: Runs, out: Path) -> Comparison:
     untrained = {k: mean_std([runs.before[k]]) for k in GEOMETRY}
     sts = {m: aggregated[m]["sts"]["avg"]["mean"] for m in methods}
     write_plots(runs, {BEFORE: untrained} | analysis, sts, config.bins, out)
-    choices, deviations = protocol(runs.params, runs.files[baseline][0]["train"]["sentences"])
+    first = runs.files[baseline][0]
+    choices, deviations = protocol(
+        runs.params, first["train"]["sentences"], first["refine"]["fit_on"]
+    )
     text = summary(
         aggregated,
         runs.singles,

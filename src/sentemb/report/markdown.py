@@ -11,10 +11,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from sentemb.config import section
-from sentemb.encoder import ModelConfig
 from sentemb.evaluation.chinese import ChineseConfig
 from sentemb.evaluation.suites import SUITES
-from sentemb.postprocess import RefineConfig
+from sentemb.model_config import ModelConfig
 from sentemb.report.stats import NO_DIFFERENCE, NOISE
 from sentemb.training.config import TrainConfig
 
@@ -23,13 +22,15 @@ PAPER_CORPUS = 1_000_000
 PAPER_BACKBONES = ("bert-base", "bert-large", "roberta-base", "roberta-large")
 
 
-def protocol(params: dict[str, Any], sentences: int) -> tuple[dict[str, str], list[str]]:
+def protocol(
+    params: dict[str, Any], sentences: int, fit_on: str
+) -> tuple[dict[str, str], list[str]]:
     """The protocol choices in force and the deviations from the papers they amount to;
-    `sentences` is the training corpus size the runs saw."""
+    `sentences` is the training corpus size the runs saw, `fit_on` what their refinements were
+    fitted on (their refine.json)."""
     model = section(params, "model", ModelConfig)
     train = section(params, "train", TrainConfig)
     chinese = section(params, "eval.chinese", ChineseConfig).model or model.name_or_path
-    fit_on = section(params, "refine", RefineConfig).fit_on
     head = " + MLP head" if train.mlp_head else ""
     length = f"{train.max_steps} steps" if train.max_steps else f"{train.epochs} epoch(s)"
     choices = {

@@ -18,11 +18,12 @@ import numpy as np
 from sentemb.config import ConfigError, run_plan, section
 from sentemb.data.readers import DataFormatError, training_corpus
 from sentemb.data.sources import DATASETS
-from sentemb.encoder import Encoder, ModelConfig, check_pooler, model_identity
+from sentemb.encoder import Encoder, check_pooler, model_identity
 from sentemb.evaluation.sts import STSEvaluator
 from sentemb.methods import CombinedMethod
 from sentemb.methods.base import parse_spec
 from sentemb.methods.paser import PaSeRConfig
+from sentemb.model_config import ModelConfig
 from sentemb.training.checkpoint import files_hash, lines_hash, source_hash
 from sentemb.training.config import TrainConfig
 from sentemb.training.loop import Trainer, TrainResult
@@ -147,6 +148,7 @@ def prepare(spec: str, seed: int, params: Mapping[str, Any], data: Path) -> Trai
     config = section(params, "train", TrainConfig)
     for name in ("pooler", "eval_pooler"):
         check_pooler(getattr(config, name), f"train.{name}")
+    check_pooler(model_config.pooler, "model.pooler", auto=True)  # now, not after training
     sentences = list(training_corpus(data, config.corpus))
     corpus = (
         str(data / "corpus" / "train.txt")
