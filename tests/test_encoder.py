@@ -20,6 +20,7 @@ from sentemb.encoder import (
     POOLERS,
     Encoder,
     autocast_dtype,
+    check_pooler,
     pool,
     resolve_model,
     saved_pooler,
@@ -51,11 +52,32 @@ def test_first_last_avg() -> None:
     assert torch.allclose(pool("first_last_avg", HIDDEN, MASK), expected)
 
 
-def test_cls_uses_pooler_layer_and_unknown_pooler_fails() -> None:
+def test_cls_uses_pooler_layer() -> None:
     layer = torch.nn.Linear(2, 2)
     assert torch.allclose(pool("cls", HIDDEN, MASK, lambda h: layer(h[:, 0])), layer(LAYER2[:, 0]))
-    with pytest.raises(ConfigError, match=r"model\.pooler"):
-        pool("max", HIDDEN, MASK)
+
+
+def test_a_pooler_is_checked_against_the_backbone_under_the_param_that_chose_it(
+    tiny_encoder: Encoder,
+) -> None:
+    without_layer = torch.nn.Linear(2, 2)  # no `pooler` attribute, like DistilBERT's backbone
+    assert check_pooler("cls", "train.pooler", backbone=tiny_encoder.backbone) == "cls"
+    assert check_pooler("mean", "train.pooler", backbone=without_layer) == "mean"
+    assert check_pooler("auto", "model.pooler", auto=True, backbone=without_layer) == "auto"
+    message = r"^train\.eval_pooler: 'cls' needs a backbone with a pooler layer; Linear has none$"
+    with pytest.raises(ConfigError, match=message):
+        check_pooler("cls", "train.eval_pooler", backbone=without_layer)
+    with pytest.raises(ConfigError, match=r"^pooler: 'cls' needs a backbone with a pooler layer"):
+        Encoder(without_layer, tiny_encoder.tokenizer, "cls")
+    with pytest.raises(ConfigError, match=r"^dclr\.complementary_pooler: 'max' is not one of \["):
+        Encoder(
+            tiny_encoder.backbone,
+            tiny_encoder.tokenizer,
+            "max",
+            None,
+            "auto",
+            "dclr.complementary_pooler",
+        )
 
 
 def test_encode_keeps_order(tiny_encoder: Encoder) -> None:

@@ -136,6 +136,42 @@ def test_bad_params_are_one_error_before_anything_is_written(
     assert nothing_written(tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("sections", "method", "param"),
+    [
+        ({"train": {"pooler": "cls"}}, "simcse", "train.pooler"),
+        ({"train": {"eval_pooler": "cls"}}, "simcse", "train.eval_pooler"),
+        ({"dclr": {"complementary_pooler": "cls"}}, "dclr", "dclr.complementary_pooler"),
+    ],
+)
+def test_a_pooler_the_backbone_cannot_give_is_refused_before_training(
+    data: Path,
+    tiny_model_dir: Path,
+    mirror: Path,
+    env: dict,
+    tmp_path: Path,
+    sections: dict,
+    method: str,
+    param: str,
+) -> None:
+    """`cls` needs the backbone's pooler layer, which DistilBERT has not: one error naming the
+    param that chose it, before the first step."""
+    from transformers import DistilBertConfig, DistilBertModel
+
+    model = tmp_path / "distilbert"
+    config = DistilBertConfig(dim=32, n_layers=1, n_heads=2, hidden_dim=64)
+    DistilBertModel(config).save_pretrained(model)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tiny_model_dir / name, model / name)
+    params = training(tmp_path / "work", mirror, model, **sections)
+    error = last_error(train(tmp_path / "work", params, data, env, method))
+    expected = (
+        f"error: {param}: 'cls' needs a backbone with a pooler layer; DistilBertModel has none"
+    )
+    assert error.startswith(expected), error
+    assert nothing_written(tmp_path / "work")
+
+
 def test_missing_dev_set_is_found_before_training(
     data: Path, tiny_model_dir: Path, mirror: Path, env: dict, tmp_path: Path
 ) -> None:

@@ -289,12 +289,21 @@ POOLERS: dict[str, Pooler] = {
 }
 
 
-def check_pooler(pooler: str, param: str, auto: bool = False) -> str:
+def check_pooler(
+    pooler: str, param: str, auto: bool = False, backbone: torch.nn.Module | None = None
+) -> str:
     """`pooler` when `POOLERS` registers it (or it is `auto`, the model's own pooling, where
-    `auto` allows that), else a `ConfigError` naming `param`."""
+    `auto` allows that) and, given the `backbone`, that has the pooler layer it needs; else a
+    `ConfigError` naming `param`."""
     allowed = ["auto", *POOLERS] if auto else list(POOLERS)
     if pooler not in allowed:
         raise ConfigError(f"{param}: {pooler!r} is not one of {allowed}")
+    needs_layer = pooler != "auto" and POOLERS[pooler].dense
+    if needs_layer and backbone is not None and getattr(backbone, "pooler", None) is None:
+        raise ConfigError(
+            f"{param}: {pooler!r} needs a backbone with a pooler layer; "
+            f"{type(backbone).__name__} has none"
+        )
     return pooler
 
 
@@ -304,15 +313,14 @@ def pool(
     attention_mask: torch.Tensor,
     pooler_layer: torch.nn.Module | None = None,
 ) -> torch.Tensor:
-    """Pool token vectors into one sentence vector; `hidden_states[0]` is the embedding layer."""
-    spec = POOLERS[check_pooler(pooler, "model.pooler")]
+    """Pool token vectors into one sentence vector; `hidden_states[0]` is the embedding layer.
+    `pooler` was checked against the backbone (`check_pooler`) where it was chosen."""
+    spec = POOLERS[pooler]
     hidden = hidden_states[spec.layers[0]]
     if len(spec.layers) > 1:
         hidden = sum((hidden_states[i] for i in spec.layers[1:]), hidden) / float(len(spec.layers))
     if not spec.dense:
         return spec.vector(hidden, attention_mask)
-    if pooler_layer is None:
-        raise ConfigError(f"model.pooler: {pooler!r} needs a backbone with a pooler layer")
     return pooler_layer(hidden)
 
 
@@ -326,9 +334,10 @@ class Encoder(torch.nn.Module):
         pooler: str,
         max_length: int | None = None,
         precision: str = "auto",
+        pooler_param: str = "pooler",
     ) -> None:
         super().__init__()
-        check_pooler(pooler, "model.pooler")
+        check_pooler(pooler, pooler_param, backbone=backbone)
         self.backbone, self.tokenizer, self.pooler = backbone, tokenizer, pooler
         self.precision = precision
         model_max = getattr(backbone.config, "max_position_embeddings", None) or 512
@@ -343,9 +352,13 @@ class Encoder(torch.nn.Module):
         trust_remote_code: bool = False,
         precision: str = "auto",
         param: str = "model.name_or_path",
+        pooler_param: str = "pooler",
     ) -> Encoder:
         """Load any HF model name or local folder; `pooler='auto'` follows its ST config;
-        `precision` is the autocast `encode` runs under; `param` names the setting in errors."""
+        `precision` is the autocast `encode` runs under; `param` and `pooler_param` name the
+        settings of the model and the pooler in errors (the pooler's before the model is looked
+        up)."""
+        check_pooler(pooler, pooler_param, auto=True)
         path = resolve_model(name_or_path, param)
         from safetensors import SafetensorError
         from transformers import AutoModel, AutoTokenizer
@@ -377,7 +390,7 @@ class Encoder(torch.nn.Module):
                 "different models"
             )
         pad_tokenizer(tokenizer, param, name_or_path)
-        return cls(backbone, tokenizer, pooler, max_length, precision)
+        return cls(backbone, tokenizer, pooler, max_length, precision, pooler_param)
 
     def save(self, folder: Path) -> None:
         """`save_pretrained` weights and tokenizer, our pooler file and, where the pooler is one

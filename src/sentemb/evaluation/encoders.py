@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from sentemb.config import section
-from sentemb.encoder import Encoder, check_pooler
+from sentemb.encoder import Encoder
 from sentemb.evaluation.base import SentenceEncoder
 from sentemb.evaluation.chinese import ChineseConfig
 from sentemb.model_config import ModelConfig
@@ -30,14 +30,19 @@ def load_encoder(name: str, language: str, params: dict[str, Any], data: Path) -
             corpus = corpus_file.read_text(encoding="utf-8").splitlines()
         return TfidfEncoder(language, section(params, "tfidf", TfidfConfig), corpus)
     model = section(params, "model", ModelConfig)
-    pooler = check_pooler(model.pooler, "model.pooler", auto=True)
-    param = "model.name_or_path"
+    pooler, pooler_param, param = model.pooler, "model.pooler", "model.name_or_path"
     if language == "zh":
         chinese = section(params, "eval.chinese", ChineseConfig)
-        pooler = check_pooler(chinese.pooler, "eval.chinese.pooler", auto=True)
+        pooler, pooler_param = chinese.pooler, "eval.chinese.pooler"
         param = "eval.chinese.model" if chinese.model else param
     return Encoder.from_pretrained(
-        name, pooler, model.max_length, model.trust_remote_code, model.precision, param
+        name,
+        pooler,
+        model.max_length,
+        model.trust_remote_code,
+        model.precision,
+        param,
+        pooler_param,
     )
 
 

@@ -201,19 +201,19 @@ class DCLR(Method):
 
     def __init__(self, config: DCLRConfig, encoder: Encoder) -> None:
         super().__init__(config, encoder)
-        check_pooler(config.complementary_pooler, "dclr.complementary_pooler", auto=True)
+        param = "dclr.complementary_pooler"
         if config.complementary_model is None:
+            pooler = check_pooler(config.complementary_pooler, param, auto=True)
+            if pooler == "auto":
+                pooler = saved_pooler(encoder.backbone.name_or_path) or encoder.pooler
             complementary = copy.deepcopy(encoder)
-            complementary.pooler = (
-                config.complementary_pooler
-                if config.complementary_pooler != "auto"
-                else saved_pooler(encoder.backbone.name_or_path) or encoder.pooler
-            )
+            complementary.pooler = check_pooler(pooler, param, backbone=encoder.backbone)
         else:
             complementary = Encoder.from_pretrained(
                 config.complementary_model,
                 config.complementary_pooler,
                 param="dclr.complementary_model",
+                pooler_param=param,
             )
         complementary.eval().requires_grad_(False)
         # A list hides it from `parameters()` and `state_dict()`: frozen, rebuilt on resume.

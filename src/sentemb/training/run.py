@@ -167,7 +167,9 @@ def prepare(spec: str, seed: int, params: Mapping[str, Any], data: Path) -> Trai
         None,
         model_config.trust_remote_code,
         model_config.precision,
+        pooler_param="train.pooler",
     )
+    check_pooler(config.eval_pooler, "train.eval_pooler", backbone=encoder.backbone)
     weights = model_identity(model_config.name_or_path, encoder).sha256
     method = CombinedMethod(spec, params, encoder, seed)
     method.check_corpus(sentences)  # PaSeR's phrases must be those of this corpus
