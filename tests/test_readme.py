@@ -238,3 +238,11 @@ def test_readme_stage_times_are_the_committed_metrics() -> None:
     """The README's time table is the `seconds` of the committed metrics files."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert stage_times() in readme, f"README.md lacks the current time table:\n{stage_times()}"
+
+
+def test_benchmarks_budget_is_the_committed_metrics() -> None:
+    """benchmarks/README.md's time budget is `benchmarks/budget.py` on the committed metrics."""
+    script = runpy.run_path(str(ROOT / "benchmarks" / "budget.py"))
+    expected = script["table"](script["budget"](ROOT / "metrics"))
+    readme = (ROOT / "benchmarks" / "README.md").read_text(encoding="utf-8")
+    assert expected in readme, f"benchmarks/README.md lacks the current budget:\n{expected}"
