@@ -45,18 +45,15 @@ def budget(metrics: Path) -> dict:
     train = [seconds(run, ["train.json"]) for run in runs]
     parts = {name: mean(seconds(run, files) for run in runs) for name, files in EVALUATION.items()}
     evaluation = sum(parts.values())
-    every = sorted(metrics.rglob("*.json"))
-    total = recorded_seconds(every) or 0.0
+    total = recorded_seconds(list(metrics.rglob("*.json"))) or 0.0
     rest = total - sum(train) - evaluation * len(runs)
     # 45 min = n x train + n x evaluation (= train) + the rest, the reference row scaled alike
-    reference = sum(
-        seconds(metrics / "reference", [p.name]) for p in (metrics / "reference").glob("*.json")
-    )
+    reference = recorded_seconds(list((metrics / "reference").glob("*.json"))) or 0.0
     fixed = rest - reference
     models = len(runs) + 1  # the trained runs and the untrained reference
     return {
         "runs": len(runs),
-        "train": {"mean": mean(train), "min": min(train), "max": max(train)},
+        "train": mean(train),
         "evaluation_parts": parts,
         "evaluation": evaluation,
         "evaluation_over_train": evaluation / mean(train),
@@ -70,7 +67,7 @@ def budget(metrics: Path) -> dict:
 
 def table(result: dict) -> str:
     """The markdown table and the sentence under it, as benchmarks/README.md shows them."""
-    train = result["train"]["mean"]
+    train = result["train"]
     lines = [
         "| part | s per run | x training |",
         "|---|---:|---:|",

@@ -130,10 +130,39 @@ def test_bad_params_are_one_error_before_anything_is_written(
 ) -> None:
     if sections.get("train", {}).get("device") == "cuda" and torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    params = training(tmp_path, mirror, tiny_model_dir, **sections)
-    error = last_error(train(tmp_path, params, data, env, method))
+    assert_refused(tmp_path, mirror, tiny_model_dir, data, env, sections, method, message)
+
+
+def assert_refused(
+    work: Path,
+    mirror: Path,
+    model_dir: Path,
+    data: Path,
+    env: dict,
+    sections: dict,
+    method: str,
+    message: str,
+) -> None:
+    """Training `method` on `model_dir` with `sections` stops with one error starting with
+    `message` (`{data}` filled in) and writes nothing in `work`."""
+    params = training(work, mirror, model_dir, **sections)
+    error = last_error(train(work, params, data, env, method))
     assert error.startswith(f"error: {message.format(data=data)}"), error
-    assert nothing_written(tmp_path)
+    assert nothing_written(work)
+
+
+@pytest.fixture(scope="module")
+def distilbert_dir(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Path:
+    """A 1-layer random DistilBERT (no pooler layer) with the tiny BERT's tokenizer."""
+    from transformers import DistilBertConfig, DistilBertModel
+
+    folder = tmp_path_factory.mktemp("distilbert")
+    DistilBertModel(DistilBertConfig(dim=32, n_layers=1, n_heads=2, hidden_dim=64)).save_pretrained(
+        folder
+    )
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tiny_model_dir / name, folder / name)
+    return folder
 
 
 @pytest.mark.parametrize(
@@ -146,7 +175,7 @@ def test_bad_params_are_one_error_before_anything_is_written(
 )
 def test_a_pooler_the_backbone_cannot_give_is_refused_before_training(
     data: Path,
-    tiny_model_dir: Path,
+    distilbert_dir: Path,
     mirror: Path,
     env: dict,
     tmp_path: Path,
@@ -156,20 +185,8 @@ def test_a_pooler_the_backbone_cannot_give_is_refused_before_training(
 ) -> None:
     """`cls` needs the backbone's pooler layer, which DistilBERT has not: one error naming the
     param that chose it, before the first step."""
-    from transformers import DistilBertConfig, DistilBertModel
-
-    model = tmp_path / "distilbert"
-    config = DistilBertConfig(dim=32, n_layers=1, n_heads=2, hidden_dim=64)
-    DistilBertModel(config).save_pretrained(model)
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(tiny_model_dir / name, model / name)
-    params = training(tmp_path / "work", mirror, model, **sections)
-    error = last_error(train(tmp_path / "work", params, data, env, method))
-    expected = (
-        f"error: {param}: 'cls' needs a backbone with a pooler layer; DistilBertModel has none"
-    )
-    assert error.startswith(expected), error
-    assert nothing_written(tmp_path / "work")
+    message = f"{param}: 'cls' needs a backbone with a pooler layer; DistilBertModel has none"
+    assert_refused(tmp_path, mirror, distilbert_dir, data, env, sections, method, message)
 
 
 def test_missing_dev_set_is_found_before_training(
