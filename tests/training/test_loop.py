@@ -46,6 +46,24 @@ def test_dropout_is_on_from_the_first_step(tiny_model_dir: Path, tmp_path: Path)
     assert first.item() != second.item()
 
 
+def test_each_epoch_is_one_seeded_shuffle_drawn_once(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Step t of epoch e takes rows [t*B, (t+1)*B) of randperm(seed + e), and the permutation is
+    drawn once per epoch, not once per step."""
+    trainer = make_trainer(tiny_model_dir, "simcse", tmp_path / "ck", seed=3)
+    n, size, per_epoch = len(trainer.sentences), 8, trainer.steps_per_epoch
+    orders = [torch.randperm(n, generator=torch.Generator().manual_seed(3 + e)) for e in (0, 1)]
+    draws = []
+    randperm = torch.randperm
+    monkeypatch.setattr(torch, "randperm", lambda *a, **k: draws.append(a) or randperm(*a, **k))
+    for step in range(2 * per_epoch):
+        epoch, t = divmod(step, per_epoch)
+        rows = orders[epoch][t * size : (t + 1) * size].tolist()
+        assert trainer.batch_sentences(step) == [trainer.sentences[i] for i in rows]
+    assert draws == [(n,), (n,)]
+
+
 def test_best_model_is_saved_and_loads(tiny_model_dir: Path, tmp_path: Path) -> None:
     result = make_trainer(tiny_model_dir, "simcse", tmp_path / "ck").train(tmp_path / "out")
     assert (tmp_path / "out" / "model.safetensors").is_file()
