@@ -246,3 +246,13 @@ def test_benchmarks_budget_is_the_committed_metrics() -> None:
     expected = script["table"](script["budget"](ROOT / "metrics"))
     readme = (ROOT / "benchmarks" / "README.md").read_text(encoding="utf-8")
     assert expected in readme, f"benchmarks/README.md lacks the current budget:\n{expected}"
+
+
+def test_benchmarks_eval_compute_is_its_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    """benchmarks/README.md's compute table is `benchmarks/eval_compute.py`'s on its JSON."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # it imports train_step beside it
+    script = runpy.run_path(str(ROOT / "benchmarks" / "eval_compute.py"))
+    result = json.loads((ROOT / "benchmarks" / "eval_compute.json").read_text(encoding="utf-8"))
+    expected = script["table"](result)
+    readme = (ROOT / "benchmarks" / "README.md").read_text(encoding="utf-8")
+    assert expected in readme, f"benchmarks/README.md lacks the compute table:\n{expected}"
