@@ -24,7 +24,7 @@ import argparse
 import json
 import tempfile
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -78,11 +78,15 @@ def install(counted: Counted) -> None:
     """Count every forward and encode; forward returns random states of the right shapes."""
     encode = Encoder.encode
 
-    def counting_encode(self: Encoder, sentences, batch_size=128, show_progress=True):
+    def counting_encode(
+        self: Encoder, sentences: Sequence[str], batch_size: int = 128, show_progress: bool = True
+    ) -> np.ndarray:
         counted.sentences[counted.part].update(sentences)
         return encode(self, sentences, batch_size, show_progress=False)
 
-    def fake_forward(self: Encoder, input_ids, attention_mask, **kwargs) -> EncoderOutput:
+    def fake_forward(
+        self: Encoder, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kwargs: object
+    ) -> EncoderOutput:
         rows, width = input_ids.shape
         counted.shapes[counted.part].append((rows, width, int(attention_mask.sum())))
         config = self.backbone.config
@@ -95,7 +99,7 @@ def install(counted: Counted) -> None:
 
     call = Evaluator.__call__
 
-    def tagged_call(self: Evaluator, *args, **kwargs):
+    def tagged_call(self: Evaluator, *args: object, **kwargs: object) -> dict[str, float]:
         """Inside stage evaluate (no part set), each suite is its own part."""
         suite = type(self).__name__.removesuffix("Evaluator").lower()
         with counted.under(counted.part or f"evaluate: {suite}"):
