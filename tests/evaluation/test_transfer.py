@@ -310,7 +310,9 @@ class HashedWords:
 
 
 def test_real_trec_and_mrpc_from_the_mirror(mirror: Path) -> None:
-    config = TransferConfig(tasks=["TREC", "MRPC"], kfold=5)
+    """Both real files read and scored end to end; 2 folds and 2 C values keep it to seconds
+    (the protocol's grids are exercised on small data above)."""
+    config = TransferConfig(tasks=["TREC", "MRPC"], kfold=2, kfold_regs=[0.5, 8.0])
     evaluator = TransferEvaluator(mirror, 64, config)
     results = evaluator(HashedWords())
     assert set(results) == {"TREC", "TREC/dev", "MRPC", "MRPC/dev", "MRPC/f1", "avg"}
