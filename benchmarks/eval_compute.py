@@ -36,6 +36,7 @@ from transformers import AutoConfig, PretrainedConfig
 import sentemb.evaluation.transfer as transfer
 from sentemb.analysis import AnalysisConfig, analyze
 from sentemb.config import load_params, section
+from sentemb.data.readers import training_corpus
 from sentemb.encoder import Encoder, EncoderOutput
 from sentemb.evaluation.base import Evaluator
 from sentemb.evaluation.encoders import model_names
@@ -163,7 +164,7 @@ def count_training(counted: Counted, params: dict, data: Path, run: str) -> int:
         encoder = Encoder.from_pretrained(str(ROOT / "models" / run), config.eval_pooler)
         for _ in range(scorings):
             dev(encoder)
-    sentences = (data / "corpus/train.txt").read_text(encoding="utf-8").splitlines()
+    sentences = list(training_corpus(data, config.corpus))  # what stage train reads
     with tempfile.TemporaryDirectory() as checkpoints:
         trainer = pipeline_trainer(params, "simcse", config, sentences, Path(checkpoints))
         for step in range(trainer.total_steps):

@@ -52,7 +52,7 @@ def test_each_epoch_is_one_seeded_shuffle_drawn_once(
     """Step t of epoch e takes rows [t*B, (t+1)*B) of randperm(seed + e), and the permutation is
     drawn once per epoch, not once per step."""
     trainer = make_trainer(tiny_model_dir, "simcse", tmp_path / "ck", seed=3)
-    n, size, per_epoch = len(trainer.sentences), 8, trainer.steps_per_epoch
+    n, size, per_epoch = len(trainer.sentences), trainer.config.batch_size, trainer.steps_per_epoch
     orders = [torch.randperm(n, generator=torch.Generator().manual_seed(3 + e)) for e in (0, 1)]
     draws = []
     randperm = torch.randperm
