@@ -41,11 +41,11 @@ from sentemb.encoder import Encoder, EncoderOutput
 from sentemb.evaluation.base import Evaluator
 from sentemb.evaluation.encoders import model_names
 from sentemb.evaluation.evaluate import evaluate_model
-from sentemb.evaluation.sts import STSEvaluator
 from sentemb.evaluation.suites import SUITES
 from sentemb.model_config import ModelConfig
 from sentemb.postprocess import fit_refinements
 from sentemb.training.config import TrainConfig
+from sentemb.training.run import dev_scorer
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN_STEPS = "train: steps"
@@ -160,7 +160,7 @@ def count_training(counted: Counted, params: dict, data: Path, run: str) -> int:
     config = section(params, "train", TrainConfig)
     scorings = 1 + len(json.loads((ROOT / "plots/runs" / run / "dev_curve.json").read_text()))
     with counted.under("train: dev scorings"):
-        dev = STSEvaluator(data, section(params, "model", ModelConfig).batch_size, split="dev")
+        dev = dev_scorer(data, section(params, "model", ModelConfig).batch_size, config.selection)
         encoder = Encoder.from_pretrained(str(ROOT / "models" / run), config.eval_pooler)
         for _ in range(scorings):
             dev(encoder)

@@ -42,9 +42,9 @@ from train_step import CORPUS, ROOT, WARMUP, pipeline_trainer, timed
 from sentemb.config import load_params, section
 from sentemb.data.readers import read_corpus
 from sentemb.encoder import Encoder, autocast, autocast_dtype
-from sentemb.evaluation.sts import STSEvaluator
 from sentemb.model_config import ModelConfig
 from sentemb.training.config import TrainConfig
+from sentemb.training.run import dev_scorer
 
 METHODS = ["simcse", "sscl", "iscse", "dclr", "paser"]
 MIRROR = (ROOT / "../shared/datasets").resolve()
@@ -90,7 +90,7 @@ def short_training(
     half = max(1, steps // 2)
     config = replace(config, max_steps=steps, eval_steps=half, checkpoint_steps=half, log_steps=1)
     sentences = list(read_corpus(corpus))
-    dev = STSEvaluator(data, section(params, "model", ModelConfig).batch_size, split="dev")
+    dev = dev_scorer(data, section(params, "model", ModelConfig).batch_size, config.selection)
     dev_seconds: list[float] = []
 
     def dev_score(encoder: Encoder) -> float:

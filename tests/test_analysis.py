@@ -11,9 +11,9 @@ import torch
 from sentemb.analysis import (
     AnalysisConfig,
     alignment,
-    over_smoothing,
     token_similarity,
     uniformity,
+    vectors_and_over_smoothing,
 )
 from sentemb.config import ConfigError, from_dict
 from sentemb.encoder import POOLERS, Encoder, Pooler, check_pooler, masked_mean, pool
@@ -44,16 +44,39 @@ def test_token_similarity_eq1_by_hand() -> None:
 
 def test_over_smoothing_on_a_tiny_model(tiny_encoder: Encoder) -> None:
     sentences = ["a cat sat on the mat", "dogs bark", "the quick brown fox jumps"]
-    result = over_smoothing(tiny_encoder, sentences, batch_size=2)
+    result = vectors_and_over_smoothing(tiny_encoder, sentences, batch_size=2)[1]
     layers = tiny_encoder.backbone.config.num_hidden_layers
     assert len(result["token_wise"]) == layers + 1 and len(result["inter_layer"]) == layers
     batch = tiny_encoder.tokenize(sentences[1:2])
     with torch.inference_mode():
         hidden = tiny_encoder(batch["input_ids"], batch["attention_mask"]).hidden_states
     first = torch.nn.functional.cosine_similarity(hidden[0][0, 0], hidden[1][0, 0], dim=0)
-    single = over_smoothing(tiny_encoder, sentences[1:2], batch_size=1)
+    single = vectors_and_over_smoothing(tiny_encoder, sentences[1:2], batch_size=1)[1]
     assert single["inter_layer"][0] == pytest.approx(first.item(), abs=1e-5)  # eq. 2 on [CLS]
     assert all(-1.0 <= v <= 1.0 for v in result["token_wise"] + result["inter_layer"])
+
+
+def test_analysis_forwards_each_sentence_once_and_gives_encodes_vectors(
+    tiny_encoder: Encoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One forward pass gives both results: the vectors are `encode`'s bit for bit (the same
+    batches), and eq. 1 over padded, length-sorted batches is the mean of each sentence's own
+    (a one-token sentence has none: NaN, left out)."""
+    sentences = ["a cat sat on the mat", "dogs bark", "the quick brown fox jumps", "x"]
+    rows: list[int] = []
+    forward = tiny_encoder.forward
+    monkeypatch.setattr(
+        tiny_encoder, "forward", lambda ids, mask: rows.append(len(ids)) or forward(ids, mask)
+    )
+    vectors, result = vectors_and_over_smoothing(tiny_encoder, sentences, batch_size=3)
+    assert rows == [3, 1]
+    monkeypatch.undo()
+    encoded = tiny_encoder.encode(sentences, batch_size=3, show_progress=False)
+    np.testing.assert_array_equal(vectors, encoded)
+    alone = [vectors_and_over_smoothing(tiny_encoder, [s], 1)[1]["token_wise"] for s in sentences]
+    assert np.isnan(alone[3]).all()
+    expected = np.mean(alone[:3], axis=0)
+    np.testing.assert_allclose(result["token_wise"], expected, atol=0.02)  # bf16 autocast
 
 
 def inter_layer_of_one_sentence(encoder: Encoder, sentence: str, vector) -> float:
@@ -70,7 +93,7 @@ def test_inter_layer_of_the_mean_poolers_is_on_token_means(
     tiny_encoder: Encoder, pooler: str
 ) -> None:
     tiny_encoder.pooler = pooler
-    single = over_smoothing(tiny_encoder, ["dogs bark"], batch_size=1)
+    single = vectors_and_over_smoothing(tiny_encoder, ["dogs bark"], batch_size=1)[1]
     expected = inter_layer_of_one_sentence(tiny_encoder, "dogs bark", masked_mean)
     assert single["inter_layer"][0] == pytest.approx(expected, abs=1e-5)
 
@@ -92,7 +115,7 @@ def test_a_pooler_registered_once_serves_training_evaluation_and_analysis(
     tiny_encoder.pooler = "max"
     vectors = tiny_encoder.encode(["dogs bark"], show_progress=False)
     np.testing.assert_allclose(vectors[0], pooled[0].numpy(), atol=0.05)  # bf16 autocast
-    single = over_smoothing(tiny_encoder, ["dogs bark"], batch_size=1)
+    single = vectors_and_over_smoothing(tiny_encoder, ["dogs bark"], batch_size=1)[1]
     expected = inter_layer_of_one_sentence(tiny_encoder, "dogs bark", max_vector)
     assert single["inter_layer"][0] == pytest.approx(expected, abs=1e-5)
 

@@ -15,8 +15,10 @@ from sentemb.encoder import Encoder
 from sentemb.evaluation.base import CachedEncoder, UnusableVectors, embed
 from sentemb.evaluation.sts import STSEvaluator
 from sentemb.tfidf import TfidfEncoder
+from sentemb.training.run import dev_metrics, dev_scorer
 
 STSB = "senteval/data/downstream/STS/STSBenchmark"
+SICK = "senteval/data/downstream/SICK"
 
 
 class CountingEncoder:
@@ -119,3 +121,33 @@ def test_training_dev_evaluation_encodes_every_sentence_after_each_update(
     assert all(sorted(call) == sorted(distinct) for call in encoded)
     assert not np.array_equal(predicted[0], predicted[1])
     assert not np.array_equal(predicted[1], predicted[2])
+
+
+@pytest.mark.parametrize(
+    ("selection", "keys"),
+    [("stsb", ["STSBenchmark/dev"]), ("stsb+sick", ["STSBenchmark/dev", "SICKRelatedness/dev"])],
+)
+def test_model_selection_encodes_only_the_dev_sets_it_averages(
+    tmp_path: Path, selection: str, keys: list[str]
+) -> None:
+    """`train.selection: stsb` scores STS-B dev alone (SimCSE §3); SICK trial's sentences are
+    encoded only when the selection averages it (DCLR's stsb+sick)."""
+    data = tmp_path / "data"
+    (data / STSB).mkdir(parents=True)
+    stsb = [f"g\tf\t2012\t{i}\t{i}.0\tsts {i}\tsts pair {i * 3 % 5}" for i in range(5)]
+    sick = [f"{i}\tsick {i}\tsick pair {i * 2 % 5}\t{1 + i * 0.5}\tNEUTRAL" for i in range(5)]
+    header = "pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment\n"
+    (data / SICK).mkdir(parents=True)
+    for split in ("train", "dev", "test"):  # every file, so both datasets count as downloaded
+        (data / STSB / f"sts-{split}.csv").write_text("".join(f"{line}\n" for line in stsb))
+    for split in ("train", "trial", "test_annotated"):
+        (data / SICK / f"SICK_{split}.txt").write_text(header + "".join(f"{s}\n" for s in sick))
+    encoder = CountingEncoder()
+    metrics = dev_scorer(data, 4, selection)(encoder)
+    expected = {f"{name} {i}" for name in ("sts", "sts pair") for i in range(5)}
+    if selection == "stsb+sick":
+        expected |= {f"{name} {i}" for name in ("sick", "sick pair") for i in range(5)}
+    assert {s for call in encoder.calls for s in call} == expected
+    assert dev_metrics(selection) == keys
+    assert set(keys) <= set(metrics)
+    assert ("SICKRelatedness/dev" in metrics) == (selection == "stsb+sick")

@@ -7,6 +7,7 @@
 - Over-smoothing (SSCL, Chen et al., 2023, §2): token-wise similarity, eq. 1, the mean cosine of
   the distinct token pairs of a sentence, per layer; inter-layer similarity, eq. 2, the cosine
   of a sentence's representations in adjacent layers (SSCL Fig. 1 and 4, on STS-B test).
+Both come from one forward pass over the distinct STS-B test sentences.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from sklearn.preprocessing import normalize
 from sentemb.config import ConfigError
 from sentemb.data.readers import read_stsb
 from sentemb.encoder import POOLERS, Encoder
-from sentemb.evaluation.base import embed, require_finite, scoring
+from sentemb.evaluation.base import check_vectors, require_finite, scoring
 from sentemb.model_config import ModelConfig
 
 
@@ -72,34 +73,37 @@ def token_similarity(tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def over_smoothing(
+def vectors_and_over_smoothing(
     encoder: Encoder, sentences: Sequence[str], batch_size: int
-) -> dict[str, list[float]]:
-    """Per layer (0 = embeddings), averaged over `sentences`: eq. 1 over each sentence's own
-    tokens (no [CLS], [SEP] or padding), and eq. 2 between each layer and the next, on the
-    layer's sentence vectors as the encoder's pooler makes them (its `vector`: [CLS] for the
-    [CLS] poolers, else the masked token mean)."""
+) -> tuple[np.ndarray, dict[str, list[float]]]:
+    """One forward pass over `sentences` in `Encoder.batches`: their vectors (those `encode`
+    gives, from the same batches) and, per layer (0 = embeddings) averaged over them, eq. 1 over
+    each sentence's own tokens (no [CLS], [SEP] or padding) and eq. 2 between each layer and the
+    next, on the layer's sentence vectors as the encoder's pooler makes them (its `vector`: [CLS]
+    for the [CLS] poolers, else the masked token mean)."""
     encoder.eval()
     layer_vector = POOLERS[encoder.pooler].vector
+    vectors = np.zeros((len(sentences), encoder.backbone.config.hidden_size), dtype=np.float32)
     token_wise, inter_layer = [], []
-    for start in range(0, len(sentences), batch_size):
-        batch = encoder.tokenize(sentences[start : start + batch_size], special_tokens_mask=True)
-        words = batch["attention_mask"] * (1 - batch.pop("special_tokens_mask"))
-        batch = batch.to(encoder.device)
+    for index, batch in encoder.batches(sentences, batch_size, special_tokens_mask=True):
+        words = (batch["attention_mask"] * (1 - batch.pop("special_tokens_mask"))).cpu()
         with encoder.autocast():
-            hidden = encoder(batch["input_ids"], batch["attention_mask"]).hidden_states
-        token_wise.append(torch.stack([token_similarity(h.cpu(), words) for h in hidden], 1))
-        vectors = [layer_vector(h, batch["attention_mask"]).float() for h in hidden]
+            out = encoder(batch["input_ids"], batch["attention_mask"])
+        vectors[index] = out.pooled.float().cpu().numpy()
+        token_wise.append(
+            torch.stack([token_similarity(h.cpu(), words) for h in out.hidden_states], 1)
+        )
+        layers = [layer_vector(h, batch["attention_mask"]).float() for h in out.hidden_states]
         inter_layer.append(
             torch.stack(
                 [
                     torch.nn.functional.cosine_similarity(a, b, dim=-1).cpu()
-                    for a, b in itertools.pairwise(vectors)
+                    for a, b in itertools.pairwise(layers)
                 ],
                 dim=1,
             )
         )
-    return {
+    return vectors, {
         "token_wise": torch.cat(token_wise).nanmean(0).tolist(),
         "inter_layer": torch.cat(inter_layer).mean(0).tolist(),
     }
@@ -122,8 +126,10 @@ def analyze(
     encoder = Encoder.from_pretrained(
         name, pooler, model.max_length, model.trust_remote_code, model.precision
     )
+    row = {s: i for i, s in enumerate(dict.fromkeys([*pairs.first, *pairs.second]))}
+    vectors, layers = vectors_and_over_smoothing(encoder, list(row), model.batch_size)
     with scoring(name):
-        vectors, row = embed(encoder, [*pairs.first, *pairs.second], model.batch_size)
+        check_vectors(vectors)
     first = vectors[[row[pairs.first[i]] for i in positive]]
     second = vectors[[row[pairs.second[i]] for i in positive]]
     result = {
@@ -133,7 +139,7 @@ def analyze(
         "positive_pairs": len(positive),
         "alignment": alignment(first, second),
         "uniformity": uniformity(vectors, config.uniformity_t),
-        **over_smoothing(encoder, list(row), model.batch_size),
+        **layers,
     }
     require_finite(f"{name}, analysis", result)
     return result

@@ -24,9 +24,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -430,20 +431,14 @@ class Encoder(torch.nn.Module):
         """The autocast context of this encoder's `precision` on its device."""
         return autocast(self.precision, self.device)
 
-    def tokenize(
-        self,
-        sentences: Sequence[str],
-        max_length: int | None = None,
-        special_tokens_mask: bool = False,
-    ) -> dict:
-        """Padded, truncated tensors; `special_tokens_mask` adds 1 at [CLS], [SEP] and the like."""
+    def tokenize(self, sentences: Sequence[str], max_length: int | None = None) -> dict:
+        """Padded, truncated tensors."""
         return self.tokenizer(
             list(sentences),
             padding=True,
             truncation=True,
             max_length=max_length or self.max_length,
             return_tensors="pt",
-            return_special_tokens_mask=special_tokens_mask,
         )
 
     def forward(
@@ -474,33 +469,56 @@ class Encoder(torch.nn.Module):
             "attention_mask": attention_mask.to(self.device),
         }
 
+    def batches(
+        self, sentences: Sequence[str], batch_size: int, special_tokens_mask: bool = False
+    ) -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
+        """`sentences` tokenized once (truncated to `max_length`, unpadded) and batched by token
+        count, longest first, each batch padded to its own longest (`pad`): little padding, and a
+        sentence's vector does not depend on its batch beyond autocast rounding. Yields each
+        batch's positions in `sentences` and its tensors; `special_tokens_mask` adds 1 at [CLS],
+        [SEP] and padding, as `tokenize` gives it."""
+        tokens: dict[str, list[list[int]]] = {"input_ids": []}
+        if sentences:  # the tokenizer refuses an empty list
+            tokens = self.tokenizer(
+                list(sentences),
+                truncation=True,
+                max_length=self.max_length,
+                return_special_tokens_mask=special_tokens_mask,
+            )
+        ids = tokens["input_ids"]
+        order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
+        for start in range(0, len(order), batch_size):
+            index = order[start : start + batch_size]
+            batch = self.pad([ids[i] for i in index])
+            if special_tokens_mask:
+                width = batch["input_ids"].shape[1]
+                rows = [tokens["special_tokens_mask"][i] for i in index]
+                special = [row + [1] * (width - len(row)) for row in rows]
+                batch["special_tokens_mask"] = torch.tensor(special, device=self.device)
+            yield index, batch
+
     @torch.inference_mode()
     def encode(
         self, sentences: Sequence[str], batch_size: int = 128, show_progress: bool = True
     ) -> np.ndarray:
-        """One float32 vector per sentence, in order, under this encoder's autocast.
-
-        The sentences are tokenized once (truncated to `max_length`, unpadded) and batched by
-        token count, longest first, each batch padded to its own longest: little padding, and a
-        sentence's vector does not depend on its batch beyond autocast rounding. Duplicates are
-        encoded as often as they appear: `evaluation.base.CachedEncoder` encodes each once. The
-        progress bar (`show_progress`) is drawn only when stderr is a terminal (tqdm's
-        `disable=None`), so logs written to a file carry none.
+        """One float32 vector per sentence, in order, under this encoder's autocast, in the
+        token-count batches of `batches`. Duplicates are encoded as often as they appear:
+        `evaluation.base.CachedEncoder` encodes each once. The progress bar (`show_progress`) is
+        drawn only when stderr is a terminal (tqdm's `disable=None`), so logs written to a file
+        carry none.
         """
-        ids: list[list[int]] = []
-        if sentences:  # the tokenizer refuses an empty list
-            tokens = self.tokenizer(list(sentences), truncation=True, max_length=self.max_length)
-            ids = tokens["input_ids"]
-        order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
-        vectors = np.zeros((len(ids), self.backbone.config.hidden_size), dtype=np.float32)
+        vectors = np.zeros((len(sentences), self.backbone.config.hidden_size), dtype=np.float32)
         was_training = self.training
         self.eval()
         try:
-            starts = range(0, len(order), batch_size)
-            bar = tqdm(starts, desc="encode", unit="batch", disable=None if show_progress else True)
-            for start in bar:
-                index = order[start : start + batch_size]
-                batch = self.pad([ids[i] for i in index])
+            bar = tqdm(
+                self.batches(sentences, batch_size),
+                desc="encode",
+                unit="batch",
+                total=math.ceil(len(sentences) / batch_size),
+                disable=None if show_progress else True,
+            )
+            for index, batch in bar:
                 with self.autocast():
                     pooled = self(batch["input_ids"], batch["attention_mask"]).pooled
                 vectors[index] = pooled.float().cpu().numpy()

@@ -59,8 +59,9 @@ def cosine_scores(
 class STSEvaluator(Evaluator):
     """Unsupervised STS: no training, cosine similarity against gold scores.
 
-    `split="test"` gives the seven test sets; `split="dev"` gives STS-B dev and SICK trial, the
-    model-selection sets (SimCSE selects on STS-B dev; DCLR on STS-B dev + SICK trial).
+    `split="test"` gives the test sets of `config.tasks`; `split="dev"` gives STS-B dev and SICK
+    trial where `config.tasks` has their tasks, the model-selection sets (SimCSE selects on STS-B
+    dev; DCLR on STS-B dev + SICK trial).
     """
 
     def __init__(
@@ -75,7 +76,7 @@ class STSEvaluator(Evaluator):
         self.split = split
 
     def _pair_sets(self) -> dict[str, PairSet]:
-        tasks = self.config.tasks if self.split == "test" else DEV_TASKS
+        tasks = [t for t in self.config.tasks if self.split == "test" or t in DEV_TASKS]
         sets: dict[str, PairSet] = {}
         for task in (t for t in tasks if self.available(_DATASET.get(t, t))):
             if task in STS_SUBSETS:

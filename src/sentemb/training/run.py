@@ -19,7 +19,7 @@ from sentemb.config import ConfigError, run_plan, section
 from sentemb.data.readers import DataFormatError, training_corpus
 from sentemb.data.sources import DATASETS
 from sentemb.encoder import Encoder, check_pooler, model_identity
-from sentemb.evaluation.sts import STSEvaluator
+from sentemb.evaluation.sts import STSConfig, STSEvaluator
 from sentemb.methods import CombinedMethod
 from sentemb.methods.base import parse_spec
 from sentemb.methods.paser import PaSeRConfig
@@ -29,13 +29,25 @@ from sentemb.training.config import TrainConfig
 from sentemb.training.loop import Trainer, TrainResult
 from sentemb.training.modelcard import CardInfo, write_model_card
 
-SELECTION = {  # train.selection -> the dev sets averaged: (metric, dataset, its file's name part)
-    "stsb": [("STSBenchmark/dev", "STSBenchmark", "sts-dev")],
+SELECTION = {  # train.selection -> the dev sets averaged: (STS task, dataset, its file's name part)
+    "stsb": [("STSBenchmark", "STSBenchmark", "sts-dev")],
     "stsb+sick": [
-        ("STSBenchmark/dev", "STSBenchmark", "sts-dev"),
-        ("SICKRelatedness/dev", "SICK", "SICK_trial"),
+        ("STSBenchmark", "STSBenchmark", "sts-dev"),
+        ("SICKRelatedness", "SICK", "SICK_trial"),
     ],
 }
+
+
+def dev_scorer(data: Path, batch_size: int, selection: str) -> STSEvaluator:
+    """The scorer of model selection: the dev sets of `selection` alone (SimCSE §3: STS-B dev;
+    DCLR: STS-B dev and SICK trial), so training encodes no dev set it does not average."""
+    tasks = [task for task, _, _ in SELECTION[selection]]
+    return STSEvaluator(data, batch_size, STSConfig(tasks), split="dev")
+
+
+def dev_metrics(selection: str) -> list[str]:
+    """The metric keys `dev_scorer(..., selection)` averages."""
+    return [f"{task}/dev" for task, _, _ in SELECTION[selection]]
 
 
 def dev_files(root: Path, selection: str) -> list[Path]:
@@ -73,7 +85,7 @@ class TrainingJob:
     def dev_score(self, model: Encoder) -> float:
         """The mean of the selection's dev metrics (SimCSE §3: STS-B dev Spearman)."""
         metrics = self.dev(model)
-        return float(np.mean([metrics[key] for key, _, _ in SELECTION[self.config.selection]]))
+        return float(np.mean([metrics[key] for key in dev_metrics(self.config.selection)]))
 
     def train(
         self,
@@ -117,7 +129,7 @@ class TrainingJob:
         params |= {name: self.run_key[name] for name in self.method.parts}
         shown = ("best_dev", "best_step", "initial_dev", "steps", "final_loss", "sentences")
         metrics = {k: v for k, v in self.metrics(result).items() if k in shown}
-        metrics["selection"] = " + ".join(key for key, _, _ in SELECTION[self.config.selection])
+        metrics["selection"] = " + ".join(dev_metrics(self.config.selection))
         info = CardInfo(
             base_model=self.model.name_or_path,
             pooler=self.config.eval_pooler,
@@ -183,7 +195,7 @@ def prepare(spec: str, seed: int, params: Mapping[str, Any], data: Path) -> Trai
         "data": hashes,
         "code": source_hash(),
     }
-    dev = STSEvaluator(data, model_config.batch_size, split="dev")
+    dev = dev_scorer(data, model_config.batch_size, config.selection)
     return TrainingJob(
         spec, seed, model_config, config, sentences, corpus, encoder, method, run_key, dev
     )
