@@ -77,13 +77,13 @@ def gflops(shapes: list[tuple[int, int, int]], config: PretrainedConfig) -> floa
 
 def install(counted: Counted) -> None:
     """Count every forward and encode; forward returns random states of the right shapes."""
-    encode = Encoder.encode
+    batches = Encoder.batches  # what `encode` and analyze's one pass batch sentences with
 
-    def counting_encode(
-        self: Encoder, sentences: Sequence[str], batch_size: int = 128, show_progress: bool = True
-    ) -> np.ndarray:
+    def counting_batches(
+        self: Encoder, sentences: Sequence[str], batch_size: int, special_tokens_mask: bool = False
+    ) -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
         counted.sentences[counted.part].update(sentences)
-        return encode(self, sentences, batch_size, show_progress=False)
+        return batches(self, sentences, batch_size, special_tokens_mask)
 
     def fake_forward(
         self: Encoder, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kwargs: object
@@ -106,7 +106,11 @@ def install(counted: Counted) -> None:
         with counted.under(counted.part or f"evaluate: {suite}"):
             return call(self, *args, **kwargs)
 
-    Encoder.encode, Encoder.forward, Evaluator.__call__ = counting_encode, fake_forward, tagged_call
+    Encoder.batches, Encoder.forward, Evaluator.__call__ = (
+        counting_batches,
+        fake_forward,
+        tagged_call,
+    )
 
     class Stub:
         def score(self, X: np.ndarray, y: np.ndarray) -> float:
