@@ -76,7 +76,8 @@ def gflops(shapes: list[tuple[int, int, int]], config: PretrainedConfig) -> floa
 
 
 def install(counted: Counted) -> None:
-    """Count every forward and encode; forward returns random states of the right shapes."""
+    """Count every forward and the sentences of every `Encoder.batches`; forward returns random
+    states of the right shapes."""
     batches = Encoder.batches  # what `encode` and analyze's one pass batch sentences with
 
     def counting_batches(
