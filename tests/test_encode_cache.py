@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import make_trainer
+from helpers import make_trainer, write_stsb
 
 from sentemb.encoder import Encoder
 from sentemb.evaluation.base import CachedEncoder, UnusableVectors, embed
@@ -17,7 +17,6 @@ from sentemb.evaluation.sts import STSEvaluator
 from sentemb.tfidf import TfidfEncoder
 from sentemb.training.run import dev_metrics, dev_scorer
 
-STSB = "senteval/data/downstream/STS/STSBenchmark"
 SICK = "senteval/data/downstream/SICK"
 
 
@@ -93,11 +92,8 @@ def test_training_dev_evaluation_encodes_every_sentence_after_each_update(
 ) -> None:
     """The train stage scores STS-B dev with `STSEvaluator(split="dev")`: each dev score
     encodes all its distinct sentences with the weights of that step, none from a cache."""
-    folder = tmp_path / "data" / STSB
-    folder.mkdir(parents=True)
     lines = [f"g\tf\t2012\t{i}\t{i % 5}.0\tsentence {i}\tother {i * 7 % 11}" for i in range(12)]
-    for split in ("train", "dev", "test"):
-        (folder / f"sts-{split}.csv").write_text("".join(f"{line}\n" for line in lines))
+    write_stsb(tmp_path / "data", lines)
     dev = STSEvaluator(tmp_path / "data", 4, split="dev")
     encoded: list[list[str]] = []
     original = Encoder.encode
@@ -133,14 +129,11 @@ def test_model_selection_encodes_only_the_dev_sets_it_averages(
     """`train.selection: stsb` scores STS-B dev alone (SimCSE §3); SICK trial's sentences are
     encoded only when the selection averages it (DCLR's stsb+sick)."""
     data = tmp_path / "data"
-    (data / STSB).mkdir(parents=True)
-    stsb = [f"g\tf\t2012\t{i}\t{i}.0\tsts {i}\tsts pair {i * 3 % 5}" for i in range(5)]
+    write_stsb(data, [f"g\tf\t2012\t{i}\t{i}.0\tsts {i}\tsts pair {i * 3 % 5}" for i in range(5)])
     sick = [f"{i}\tsick {i}\tsick pair {i * 2 % 5}\t{1 + i * 0.5}\tNEUTRAL" for i in range(5)]
     header = "pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment\n"
     (data / SICK).mkdir(parents=True)
-    for split in ("train", "dev", "test"):  # every file, so both datasets count as downloaded
-        (data / STSB / f"sts-{split}.csv").write_text("".join(f"{line}\n" for line in stsb))
-    for split in ("train", "trial", "test_annotated"):
+    for split in ("train", "trial", "test_annotated"):  # every file, as for STS-B
         (data / SICK / f"SICK_{split}.txt").write_text(header + "".join(f"{s}\n" for s in sick))
     encoder = CountingEncoder()
     metrics = dev_scorer(data, 4, selection)(encoder)

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import write_stsb
 from safetensors.torch import load_file, save_file
 from test_stages import last_error, run_stage, write_params
 
@@ -160,13 +161,10 @@ def test_constant_scores_on_one_set_are_one_error_naming_the_task(
     """TF-IDF vectors differ, but no pair shares a word: every cosine is 0 and the Spearman of
     constant predictions is undefined (NaN); it is refused, not written."""
     data = tmp_path / "data"
-    folder = data / "senteval/data/downstream/STS/STSBenchmark"
-    folder.mkdir(parents=True)
-    lines = [
-        f"g\tf\t2012\t{i}\t{i % 5}.0\talpha{i} beta{i}\tgamma{i} delta{i}\n" for i in range(20)
-    ]
-    for split in ("train", "dev", "test"):
-        (folder / f"sts-{split}.csv").write_text("".join(lines))
+    write_stsb(
+        data,
+        [f"g\tf\t2012\t{i}\t{i % 5}.0\talpha{i} beta{i}\tgamma{i} delta{i}" for i in range(20)],
+    )
     manifest = {"datasets": {"STSBenchmark": {}}, "missing": {}}
     (data / "MANIFEST.json").write_text(json.dumps(manifest))
     error, out = evaluate(tmp_path, data, "tfidf", "sts", stage_env)

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from helpers import write_stsb
 
 from sentemb.config import ConfigError
 from sentemb.data.download import DataUnavailable
@@ -29,8 +30,6 @@ from sentemb.evaluation.retrieval import RetrievalConfig, RetrievalEvaluator
 from sentemb.evaluation.sts import STSConfig, STSEvaluator
 from sentemb.evaluation.suites import SUITES, keeping_pairs
 from sentemb.evaluation.transfer import TransferConfig, TransferEvaluator
-
-STSB = "senteval/data/downstream/STS/STSBenchmark"
 
 
 class FixedEncoder:
@@ -99,13 +98,6 @@ def test_non_finite_scores_are_refused_naming_the_key() -> None:
 
 
 # --- absent datasets ------------------------------------------------------------------------
-
-
-def write_stsb(root: Path, lines: list[str]) -> None:
-    folder = root / STSB
-    folder.mkdir(parents=True)
-    for split in ("train", "dev", "test"):
-        (folder / f"sts-{split}.csv").write_text("".join(f"{line}\n" for line in lines))
 
 
 def write_manifest(root: Path, datasets: Sequence[str], missing: dict[str, str]) -> None:

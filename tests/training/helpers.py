@@ -1,4 +1,5 @@
-"""Builders shared by the training tests and the 2-process worker script."""
+"""Builders shared by the tests (training, the 2-process worker script) and the STS-B files
+several tests write."""
 
 from __future__ import annotations
 
@@ -15,6 +16,16 @@ from sentemb.training.loop import Trainer
 
 SENTENCES = [f"sentence number {i} talks about topic {i % 7} and item {i % 5}" for i in range(64)]
 PARAMS = {"iscse": {"buffer_size": 16, "k": 2, "clusters": 2}}
+STSB = "senteval/data/downstream/STS/STSBenchmark"
+
+
+def write_stsb(root: Path, lines: list[str]) -> None:
+    """STS-B's three files under `root`, each holding `lines` (all three: the dataset counts as
+    downloaded only whole)."""
+    folder = root / STSB
+    folder.mkdir(parents=True)
+    for split in ("train", "dev", "test"):
+        (folder / f"sts-{split}.csv").write_text("".join(f"{line}\n" for line in lines))
 
 
 def paser_params(folder: Path) -> dict:
