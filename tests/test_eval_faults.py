@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import write_stsb
+from helpers import STSB, write_stsb
 from safetensors.torch import load_file, save_file
 from test_stages import last_error, run_stage, write_params
 
@@ -325,7 +325,7 @@ def test_downloaded_dataset_whose_files_are_gone_is_one_error(
     data.mkdir()
     (data / "MANIFEST.json").write_text((data_root / "MANIFEST.json").read_text())
     error, out = evaluate(tmp_path, data, "tfidf", "sts", stage_env)
-    stsb = data / "senteval/data/downstream/STS/STSBenchmark/sts-train.csv"
+    stsb = data / STSB / "sts-train.csv"
     assert error == (
         f"error: {stsb}: not found, though {data / 'MANIFEST.json'} lists STSBenchmark as "
         f"downloaded: {data} was changed after the download stage; run it again"

@@ -19,7 +19,7 @@ import pytest
 import torch
 import yaml
 from conftest import run_stage
-from helpers import SENTENCES, paser_params
+from helpers import SENTENCES, STSB, paser_params
 
 from sentemb.config import ConfigError
 from sentemb.encoder import Encoder
@@ -283,7 +283,7 @@ def test_paser_refuses_padding_with_its_end_of_phrase_token(
 def train_workspace(tmp_path: Path, mirror: Path, tiny_model_dir: Path) -> Path:
     """A workspace for stages/train.py: 32 corpus sentences that are not SENTENCES, the STS-B
     dev set, PaSeR's phrases of SENTENCES (another corpus) and the tiny model."""
-    dev = "senteval/data/downstream/STS/STSBenchmark/sts-dev.csv"
+    dev = f"{STSB}/sts-dev.csv"
     (tmp_path / "data" / dev).parent.mkdir(parents=True)
     shutil.copyfile(mirror / dev, tmp_path / "data" / dev)
     corpus = [f"another corpus, line {i}, about {i % 3} things" for i in range(32)]
