@@ -16,7 +16,7 @@ from pathlib import Path
 
 from sentemb.cli import run_stage
 from sentemb.config import load_params, run_plan
-from sentemb.io import atomic_path, check_output
+from sentemb.io import atomic_path, check_folder, check_output
 from sentemb.report.compare import Folders, compare, load
 from sentemb.tracking import mlflow_run
 
@@ -36,7 +36,9 @@ def main() -> None:
     parser.add_argument("--report", default="reports/summary.md", type=Path)
     parser.add_argument("--plots", default="plots/compare", type=Path)
     args = parser.parse_args()
-    check_output(args.metrics)  # refused now, not after the bootstrap
+    for output in (args.metrics, args.report):  # refused now, not after the bootstrap
+        check_output(output)
+    check_folder(args.plots)
     params = load_params(args.params)
     methods, seeds = run_plan(params)
     runs = load(

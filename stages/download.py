@@ -12,14 +12,13 @@ time (`seconds`) and counts go to MLflow and, with `--metrics`, to a metrics fil
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 from pathlib import Path
 
 from sentemb.cli import run_stage
-from sentemb.config import load_params, section
+from sentemb.config import ConfigError, load_params, section
 from sentemb.data.download import MANIFEST, DataConfig, download
-from sentemb.io import check_output, write_json
+from sentemb.io import check_output, read_json, write_json
 from sentemb.tracking import SECONDS, mlflow_run
 
 log = logging.getLogger("download")
@@ -32,11 +31,14 @@ def main() -> None:
     parser.add_argument("--recorded", default="data/checksums.recorded.json", type=Path)
     parser.add_argument("--metrics", type=Path, help="counts and the stage's seconds (JSON)")
     args = parser.parse_args()
-    if args.metrics is not None:
-        check_output(args.metrics)
+    for output in (args.recorded, args.metrics):  # refused now, not after the download
+        if output is not None:
+            check_output(output)
     params = load_params(args.params)
     config = section(params, "data", DataConfig)
-    recorded = json.loads(args.recorded.read_text()) if args.recorded.is_file() else {}
+    recorded = read_json(args.recorded) if args.recorded.is_file() else {}
+    if not isinstance(recorded, dict):
+        raise ConfigError(f"{args.recorded}: expected a mapping of files to sha256s")
     mirror = (Path(args.params).resolve().parent / config.mirror).resolve()
     with mlflow_run("download", {"data": params.get("data", {})}) as run:
         manifest = download(config, args.out, mirror, recorded, Path("data/cache"))

@@ -31,6 +31,7 @@ from sentemb.tracking import mlflow_run
 from sentemb.training.config import TrainConfig
 
 log = logging.getLogger("refine")
+PLOTS = ("refine_bound.json", "refine_bound.png")  # written into --plots
 
 
 def main() -> None:
@@ -43,8 +44,10 @@ def main() -> None:
     parser.add_argument("--phrases", default="data/phrases", type=Path)
     parser.add_argument("--params", default="params.yaml")
     args = parser.parse_args()
+    plots = {name: args.plots / name for name in PLOTS}
     check_output(args.out, folder=True)  # refused now, not after the fitting
-    check_output(args.metrics)
+    for output in (args.metrics, *plots.values()):
+        check_output(output)
     params = load_params(args.params)
     model, chinese_model = model_names(params, args.model)
     corpus = section(params, "train", TrainConfig).corpus
@@ -52,9 +55,9 @@ def main() -> None:
     with mlflow_run("refine", run_params, run_name=f"refine:{model}") as run:
         fit = fit_refinements(params, model, chinese_model, corpus, args.data, args.phrases)
         save_refinement(args.out, fit.config, fit.fitted, fit.idf, fit.models)
-        write_json(args.plots / "refine_bound.json", fit.curve)
+        write_json(plots["refine_bound.json"], fit.curve)
         title = f"RepAL eq. 5 on STS-B dev: {model}"
-        save(refine_bound(fit.curve, title), args.plots / "refine_bound.png")
+        save(refine_bound(fit.curve, title), plots["refine_bound.png"])
         run.write_metrics(args.metrics, {"fit_on": fit.config.fit_on, **fit.metrics})
     for scope, values in fit.metrics.items():
         log.info("%s: %s", scope, {k: round(v, 3) for k, v in values.items()})

@@ -21,12 +21,13 @@ from pathlib import Path
 
 from sentemb.cli import run_stage
 from sentemb.config import load_params
-from sentemb.io import check_output, write_json
+from sentemb.io import check_folder, check_output, write_json
 from sentemb.report.plots import save, training_curves
 from sentemb.tracking import mlflow_run
 from sentemb.training.run import prepare
 
 log = logging.getLogger("train")
+PLOTS = ("dev_curve.json", "loss_curve.json", "train_curves.png")  # written into --plots
 
 
 def main() -> None:
@@ -40,8 +41,11 @@ def main() -> None:
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--data", default="data/raw", type=Path)
     args = parser.parse_args()
+    plots = {name: args.plots / name for name in PLOTS}
     check_output(args.out, folder=True)  # refused now, not after the training
-    check_output(args.metrics)
+    for output in (args.metrics, *plots.values()):
+        check_output(output)
+    check_folder(args.checkpoints)
     params = load_params(args.params)
     job = prepare(args.method, args.seed, params, args.data)  # every input checked: no run yet
     with mlflow_run("train", {}, run_name=f"train:{args.method}") as run:
@@ -49,10 +53,10 @@ def main() -> None:
         result = job.train(args.out, args.checkpoints, on_log=run.log_metrics)
         if result is None:  # not rank 0 under torchrun
             return
-        write_json(args.plots / "dev_curve.json", result.dev_curve)
-        write_json(args.plots / "loss_curve.json", result.loss_curve)
+        write_json(plots["dev_curve.json"], result.dev_curve)
+        write_json(plots["loss_curve.json"], result.loss_curve)
         curves = training_curves(result.loss_curve, result.dev_curve, job.spec)
-        save(curves, args.plots / "train_curves.png")
+        save(curves, plots["train_curves.png"])
         run.write_metrics(args.metrics, job.metrics(result))
         run.log_model(args.out)
     log.info(

@@ -129,12 +129,12 @@ def test_uniformity_stays_finite_for_a_large_t() -> None:
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"uniformity_t": 0.0}, "analysis.uniformity_t: must be > 0 and finite, got 0.0"),
-        ({"uniformity_t": -2.0}, "analysis.uniformity_t: must be > 0 and finite, got -2.0"),
-        ({"uniformity_t": math.inf}, "analysis.uniformity_t: must be > 0 and finite, got inf"),
-        ({"uniformity_t": math.nan}, "analysis.uniformity_t: must be > 0 and finite, got nan"),
-        ({"positive_threshold": math.nan}, "analysis.positive_threshold: must be a number"),
-        ({"positive_threshold": -math.inf}, "analysis.positive_threshold: must be a number"),
+        ({"uniformity_t": 0.0}, "analysis.uniformity_t: must be > 0, got 0.0"),
+        ({"uniformity_t": -2.0}, "analysis.uniformity_t: must be > 0, got -2.0"),
+        ({"uniformity_t": math.inf}, "analysis.uniformity_t: expected a finite number, got inf"),
+        ({"uniformity_t": math.nan}, "analysis.uniformity_t: expected a finite number, got nan"),
+        ({"positive_threshold": math.nan}, "analysis.positive_threshold: expected a finite number"),
+        ({"positive_threshold": -math.inf}, "analysis.positive_threshold: expected a finite"),
     ],
 )
 def test_analysis_params_out_of_range_are_refused(values: dict, message: str) -> None:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy.stats import bootstrap, spearmanr, ttest_rel
 
-from sentemb.config import ConfigError, load_params, run_plan, section
+from sentemb.config import ConfigError, UserError, load_params, run_plan, section
 from sentemb.evaluation.suites import SUITES
 from sentemb.report.compare import RECORDS, REFERENCE, Folders, Runs, aggregate, compare, load
 from sentemb.report.stats import (
@@ -167,12 +167,12 @@ def test_run_plan_and_config_errors_name_the_param() -> None:
         run_plan({"methods": "dclr", "seeds": [1]})
     with pytest.raises(ConfigError, match=r"seeds: \[1, 1\] lists a value twice"):
         run_plan({"methods": ["dclr"], "seeds": [1, 1]})
-    with pytest.raises(ConfigError, match="seeds: expected integers >= 0"):
+    with pytest.raises(ConfigError, match=r"seeds: expected integers in \[0, 2\*\*32\)"):
         run_plan({"methods": ["dclr"], "seeds": [-1]})
     with pytest.raises(ConfigError, match=r"compare\.confidence"):
         section({"compare": {"confidence": 95}}, "compare", CompareConfig)
-    for noise in (-0.01, float("nan"), float("inf")):
-        with pytest.raises(ConfigError, match=r"compare\.noise: must be a finite number >= 0"):
+    for noise, message in ((-0.01, "must be >= 0"), (float("inf"), "expected a finite number")):
+        with pytest.raises(ConfigError, match=rf"compare\.noise: {message}"):
             section({"compare": {"noise": noise}}, "compare", CompareConfig)
     with pytest.raises(ConfigError, match=r"compare\.noise: expected float"):
         section({"compare": {"noise": "small"}}, "compare", CompareConfig)
@@ -273,3 +273,20 @@ def test_load_names_the_first_missing_file(tmp_path: Path) -> None:
             (folder / f"{name}.json").write_text("{}")
     with pytest.raises(ConfigError, match=r"p/simcse-1/sts\.npz: not found; `dvc repro`"):
         load(params, folders)
+    (folders.runs / "simcse-1" / "sts.json").write_text('{"avg": 7')  # cut short
+    with pytest.raises(UserError, match=r"runs/simcse-1/sts\.json: not valid JSON \(Expecting"):
+        load(params, folders)
+
+
+def test_a_task_missing_from_one_run_is_named_with_its_file(tmp_path: Path) -> None:
+    runs = fake_runs(["simcse", "sscl"], [1, 2])
+    runs.files["sscl"][1]["sts"].pop("STS12")
+    with pytest.raises(ConfigError, match=r"runs/sscl-2/sts\.json: sscl seed 2 .*missing: STS12;"):
+        compare(runs, tmp_path)
+    predictions = runs.predictions["sts"]["sscl"]
+    predictions[1] = {k: v for k, v in predictions[1].items() if not k.startswith("STS12/")}
+    with pytest.raises(
+        ConfigError, match=r"predictions/sscl-2/sts\.npz: sscl seed 2 .*missing: STS12;"
+    ):
+        compare(runs, tmp_path)
+    assert not any(tmp_path.iterdir())  # refused before any plot

@@ -19,6 +19,7 @@ from sentemb.config import (
     ConfigError,
     at_least,
     load_params,
+    run_plan,
     section,
 )
 from sentemb.data.download import DataConfig
@@ -43,7 +44,9 @@ def test_repo_params_load() -> None:
         ({"data": {"corpus_size": True}}, "data.corpus_size: expected int"),
         ({"data": {"corpus_size": -1}}, "data.corpus_size: must be >= 1, got -1"),
         ({"data": {"timeout": 0}}, r"data.timeout: must be > 0, got 0.0"),
-        ({"data": {"timeout": float("nan")}}, r"data.timeout: must be > 0, got nan"),
+        ({"data": {"timeout": float("nan")}}, r"data.timeout: expected a finite number, got nan"),
+        ({"data": {"timeout": float("inf")}}, r"data.timeout: expected a finite number, got inf"),
+        ({"data": {"datasets": []}}, r"data.datasets: \[\] names no dataset; null downloads"),
     ],
 )
 def test_bad_data_params(values: dict, message: str) -> None:
@@ -56,6 +59,71 @@ def test_bad_nested_params() -> None:
         section({"eval": {"sts": {"tasks": ["STS17"]}}}, "eval.sts", STSConfig)
     with pytest.raises(ConfigError, match=r"eval.sts.tasks\[0\]: expected str"):
         section({"eval": {"sts": {"tasks": [3]}}}, "eval.sts", STSConfig)
+
+
+@pytest.mark.parametrize(
+    ("dotted", "values", "message"),
+    [
+        ("dclr", {"noise_ratio": float("inf")}, r"dclr.noise_ratio: expected a finite number"),
+        (
+            "refine",
+            {"repal": {"lambda1": [float("nan")]}},
+            r"refine.repal.lambda1\[0\]: expected a",
+        ),
+        ("compare", {"bins": [0, float("nan"), 5]}, r"compare.bins\[1\]: expected a finite"),
+        ("compare", {"seed": -1}, r"compare.seed: must be in \[0, 2\*\*32\), got -1"),
+        ("refine", {"seed": -1}, r"refine.seed: must be in \[0, 2\*\*32\), got -1"),
+        ("eval.transfer", {"seed": 2**32}, r"eval.transfer.seed: must be in \[0, 2\*\*32\)"),
+    ],
+)
+def test_non_finite_numbers_and_seeds_out_of_range_are_refused(
+    dotted: str, values: dict, message: str
+) -> None:
+    """A NaN or an infinity in any float param, and a seed no generator accepts, name the param
+    (they failed late, inside numpy, urllib or torch, or gave a plot of one `0-nan` bin)."""
+    from sentemb.evaluation.transfer import TransferConfig
+    from sentemb.methods.dclr import DCLRConfig
+    from sentemb.postprocess import RefineConfig
+    from sentemb.report.stats import CompareConfig
+
+    classes = {"dclr": DCLRConfig, "refine": RefineConfig, "compare": CompareConfig}
+    params: dict = values
+    for part in reversed(dotted.split(".")):
+        params = {part: params}
+    with pytest.raises(ConfigError, match=message):
+        section(params, dotted, classes.get(dotted, TransferConfig))
+
+
+@pytest.mark.parametrize("value", [5, [1], "x", True])
+def test_a_section_that_is_not_a_mapping_is_refused(tmp_path: Path, value: object) -> None:
+    """`eval: 5` gave the code's defaults for every suite (max_pairs null, not params.yaml's)."""
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump({"eval": value}))
+    with pytest.raises(ConfigError, match=r"^eval: expected a mapping of suites \['sts', "):
+        load_params(path)
+    with pytest.raises(ConfigError, match=r"^eval: expected a mapping, got "):
+        section({"eval": value}, "eval.sts", STSConfig)
+
+
+@pytest.mark.parametrize(
+    ("methods", "seeds", "message"),
+    [
+        (["simcse", "simsce"], [1], r"^methods\[1\]: method: 'simsce' must join distinct known"),
+        (["simcse", "iscse+"], [1], r"^methods\[1\]: method: 'iscse\+' must join"),
+        (["iscse+dclr", "dclr + iscse"], [1], r"^methods: .* lists a value twice"),
+        (["simcse"], [2**32], r"^seeds: expected integers in \[0, 2\*\*32\)"),
+    ],
+)
+def test_run_plan_reads_every_method_before_any_run(
+    methods: list, seeds: list, message: str
+) -> None:
+    """A typo in the second method failed only when its own train stage ran, after the first
+    method's whole chain; the same parts in another order are the same method."""
+    with pytest.raises(ConfigError, match=message):
+        run_plan({"methods": methods, "seeds": seeds})
+    assert (
+        run_plan({"methods": ["simcse", "iscse+dclr"], "seeds": [0, 2**32 - 1]})[1][1] == 2**32 - 1
+    )
 
 
 def test_missing_section_gives_defaults_and_int_is_float() -> None:

@@ -7,13 +7,23 @@ import errno
 import json
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from sentemb.io import MARKER, MARKER_HEADER, OutputError, atomic_path, write_json
+from sentemb.io import (
+    MARKER,
+    MARKER_HEADER,
+    OutputError,
+    atomic_path,
+    check_folder,
+    check_output,
+    write_json,
+)
 
 
 def leftovers(folder: Path) -> list[str]:
@@ -81,6 +91,72 @@ def test_killed_writer_temporary_is_removed_by_next_write(tmp_path: Path) -> Non
     (tmp_path / ".partial-other.json.x").mkdir()
     write_json(tmp_path / "m.json", {"a": 1})
     assert leftovers(tmp_path) == [".partial-other.json.x"]
+
+
+WRITER = """import sys, time
+from sentemb.io import atomic_path
+with atomic_path(sys.argv[1]) as tmp:
+    tmp.write_text("half")
+    print("writing", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_live_writer_temporary_is_kept_and_removed_once_it_is_killed(tmp_path: Path) -> None:
+    """A writer holds a lock on its temporary while it lives; the kernel drops it on kill -9."""
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(tmp_path / "m.json")], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert writer.stdout is not None and writer.stdout.readline() == "writing\n"
+        live = leftovers(tmp_path)
+        write_json(tmp_path / "m.json", {"a": 1})
+        assert leftovers(tmp_path) == live and len(live) == 1
+        assert (tmp_path / live[0] / "tmp").read_text() == "half"
+    finally:
+        writer.kill()
+        writer.wait()
+    write_json(tmp_path / "m.json", {"a": 2})
+    assert leftovers(tmp_path) == []
+
+
+def test_concurrent_writers_of_a_folder_each_publish_it_whole(tmp_path: Path) -> None:
+    """Two writers of one folder output (one process can stand for two: a lock is per open file),
+    each writing files into its temporary one by one as the download stage does: the second
+    leaves the first's temporary alone, and the last rename wins with its folder complete."""
+    out = tmp_path / "raw"
+    with atomic_path(out, folder=True) as first:
+        write_json(first / "sub" / "a.json", "first")
+        with atomic_path(out, folder=True) as second:
+            write_json(second / "sub" / "a.json", "second")
+        assert json.loads((out / "sub" / "a.json").read_text()) == "second"
+        write_json(first / "sub" / "b.json", "first")
+    files = snapshot(out)
+    assert sorted(files) == [MARKER, "sub/a.json", "sub/b.json"]
+    assert files["sub/a.json"] == files["sub/b.json"] == b'"first"\n'
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("kind", ["file", "link to nothing"])
+@pytest.mark.parametrize("folder", [False, True])
+def test_output_below_a_file_is_refused(tmp_path: Path, kind: str, folder: bool) -> None:
+    """`plots/a.json` with `plots` a file once failed half-way with `Not a directory`."""
+    above = tmp_path / "plots"
+    if kind == "file":
+        above.write_text("mine")
+    else:
+        above.symlink_to(tmp_path / "nothing")
+    before = snapshot(tmp_path)
+    for path in (above / "a.json", above / "sub" / "a.json"):
+        why = rf"^{re.escape(str(path))}: not written: {re.escape(str(above))} is a file, not a"
+        with pytest.raises(OutputError, match=why):
+            check_output(path, folder=folder)
+        with pytest.raises(OutputError, match=why), atomic_path(path, folder=folder):
+            pass
+    with pytest.raises(OutputError, match=rf"^{re.escape(str(above))}: not written: "):
+        check_folder(above)
+    check_folder(tmp_path / "new" / "plots")
+    assert snapshot(tmp_path) == before and leftovers(tmp_path) == []
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:

@@ -13,7 +13,6 @@ Both come from one forward pass over the distinct STS-B test sentences.
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,7 @@ from scipy.spatial.distance import pdist
 from scipy.special import logsumexp
 from sklearn.preprocessing import normalize
 
-from sentemb.config import ConfigError
+from sentemb.config import ConfigError, at_least
 from sentemb.data.readers import read_stsb
 from sentemb.encoder import POOLERS, Encoder
 from sentemb.evaluation.base import check_vectors, require_finite, scoring
@@ -40,12 +39,7 @@ class AnalysisConfig:
     uniformity_t: float = 2.0
 
     def validate(self) -> list[str]:
-        problems = []
-        if not math.isfinite(self.positive_threshold):
-            problems.append(f"positive_threshold: must be a number, got {self.positive_threshold}")
-        if not (math.isfinite(self.uniformity_t) and self.uniformity_t > 0):
-            problems.append(f"uniformity_t: must be > 0 and finite, got {self.uniformity_t}")
-        return problems
+        return at_least(self, 0, "uniformity_t", strict=True)
 
 
 def alignment(first: np.ndarray, second: np.ndarray) -> float:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import pkgutil
 import types
 import typing
@@ -45,6 +46,7 @@ SECTIONS = (
     "compare",
 )
 EVAL_SUITES = ("sts", "transfer", "chinese", "retrieval")  # the sections under `eval`
+SEEDS = range(2**32)  # what every generator seeded here accepts (numpy's: below 2**32)
 
 
 class UserError(Exception):
@@ -69,6 +71,15 @@ def at_least(config: Any, minimum: float, *names: str, strict: bool = False) -> 
     ]
 
 
+def seed_range(config: Any, *names: str) -> list[str]:
+    """One problem per field of `names` that is not a seed in `SEEDS`."""
+    return [
+        f"{name}: must be in [0, 2**32), got {value}"
+        for name in names
+        if (value := getattr(config, name)) not in SEEDS
+    ]
+
+
 def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
     """Read the params file; a missing or malformed file is a `ConfigError` naming it."""
     path = Path(path)
@@ -81,8 +92,12 @@ def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
     if not isinstance(params, dict):
         raise ConfigError(f"{path}: expected a mapping of sections at the top level")
     check_keys(params, SECTIONS, f"{path}: unknown top-level key(s)")
-    if isinstance(params.get("eval"), dict):
-        check_keys(params["eval"], EVAL_SUITES, "eval: unknown key(s)")
+    evaluation = params.get("eval")
+    if evaluation is not None and not isinstance(evaluation, dict):
+        raise ConfigError(
+            f"eval: expected a mapping of suites {list(EVAL_SUITES)}, got {evaluation!r}"
+        )
+    check_keys(evaluation or {}, EVAL_SUITES, "eval: unknown key(s)")
     return params
 
 
@@ -136,6 +151,8 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
         return value
     if annotation is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if annotation is float and isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{where}: expected a finite number, got {value!r}")
     if annotation in (int, float, str, bool) and (
         not isinstance(value, annotation) or (annotation is int and isinstance(value, bool))
     ):
@@ -168,14 +185,34 @@ def from_dict(cls: type[T], values: dict[str, Any] | None, where: str) -> T:
 def section(params: dict[str, Any], name: str, cls: type[T]) -> T:
     """The dataclass for section `name` (a dotted path) of the params file."""
     node: Any = params
-    for part in name.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
+    parts = name.split(".")
+    for i, part in enumerate(parts):
+        if node is not None and not isinstance(node, dict):
+            where = ".".join(parts[:i])
+            raise ConfigError(f"{where}: expected a mapping, got {node!r}")
+        node = node.get(part) if node is not None else None
     return from_dict(cls, node, name)
 
 
+def parse_spec(spec: str) -> list[str]:
+    """The part names of a method spec: `'simcse + iscse'` -> `['simcse', 'iscse']`.
+
+    The one place a spec is read: split on '+', spaces stripped; an empty, unknown or repeated
+    part is a `ConfigError` naming the spec. `'+'.join` of the result is the spec's canonical form.
+    """
+    names = [n.strip() for n in spec.split("+")]
+    unknown = [n for n in names if n and n not in METHOD_SECTIONS]
+    if "" in names or unknown or len(set(names)) != len(names):
+        raise ConfigError(
+            f"method: {spec!r} must join distinct known methods with '+' (no empty part); "
+            f"unknown {unknown}; known {list(METHOD_SECTIONS)}"
+        )
+    return names
+
+
 def run_plan(params: dict) -> tuple[list[str], list[int]]:
-    """The validated `methods` and `seeds` lists: non-empty and distinct; seeds are ints >= 0.
-    (The train stage checks the method names.)"""
+    """The validated `methods` and `seeds` lists: non-empty and distinct (`iscse+dclr` and
+    `dclr+iscse` are one method); each method a spec `parse_spec` reads, each seed in `SEEDS`."""
     methods, seeds = params.get("methods"), params.get("seeds")
     if not isinstance(methods, list) or not methods or not all(isinstance(m, str) for m in methods):
         raise ConfigError(
@@ -187,9 +224,15 @@ def run_plan(params: dict) -> tuple[list[str], list[int]]:
             f"seeds: expected a non-empty list of integers, got {seeds!r} "
             "(on the command line: -S 'seeds=[42]')"
         )
-    if any(not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in seeds):
-        raise ConfigError(f"seeds: expected integers >= 0, got {seeds!r}")
-    for name, values in (("methods", methods), ("seeds", seeds)):
+    if any(not isinstance(s, int) or isinstance(s, bool) or s not in SEEDS for s in seeds):
+        raise ConfigError(f"seeds: expected integers in [0, 2**32), got {seeds!r}")
+    for i, spec in enumerate(methods):
+        try:
+            parse_spec(spec)
+        except ConfigError as err:
+            raise ConfigError(f"methods[{i}]: {err}") from err
+    parts = [frozenset(parse_spec(spec)) for spec in methods]
+    for name, values in (("methods", parts), ("seeds", seeds)):
         if len(set(values)) != len(values):
-            raise ConfigError(f"{name}: {values!r} lists a value twice")
+            raise ConfigError(f"{name}: {params[name]!r} lists a value twice")
     return methods, seeds

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ class OutputError(OSError):
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 PARTIAL = ".partial-"
 MARKER = ".sentemb-output"
+UNTOUCHED = "; it is untouched: move it away or choose another output path"
 MARKER_HEADER = "# written by sentemb; a later run may replace this folder while it holds only:"
 
 
@@ -58,35 +60,52 @@ def _contents(folder: Path) -> set[str]:
     return found
 
 
+def _refuse_file_above(path: Path, folders: Iterable[Path]) -> None:
+    """Raise `OutputError` naming `path` when the first of `folders` (a folder, then those above
+    it) that exists is no folder: writing `path` would fail half-way with `Not a directory`."""
+    for folder in folders:
+        if folder.is_dir():
+            return
+        if folder.exists() or folder.is_symlink():
+            raise OutputError(f"{path}: not written: {folder} is a file, not a folder{UNTOUCHED}")
+
+
+def check_folder(path: str | Path) -> None:
+    """Raise `OutputError` naming `path`, a folder whose files are written one by one (plots,
+    checkpoints), when it or a folder above it is an existing file."""
+    path = Path(path)
+    _refuse_file_above(path, (path, *path.parents))
+
+
 def check_output(path: str | Path, *, folder: bool = False) -> None:
     """Raise `OutputError` naming `path` when writing it would remove something the pipeline
-    did not write: a folder where a file goes, a file or link where a folder goes, or a folder
-    holding files its `.sentemb-output` does not list."""
+    did not write: a folder where a file goes, a file or link where a folder goes, a folder
+    holding files its `.sentemb-output` does not list, or a file where a folder above it goes."""
     path = Path(path)
+    _refuse_file_above(path, path.parents)
     refused = f"{path}: not written: it would replace "
-    advice = "; it is untouched: move it away or choose another output path"
     if not folder:
         if path.is_dir():
-            raise OutputError(f"{refused}a folder, and this output is a file{advice}")
+            raise OutputError(f"{refused}a folder, and this output is a file{UNTOUCHED}")
         return
     if path.is_symlink() or (path.exists() and not path.is_dir()):
-        raise OutputError(f"{refused}a file or link, and this output is a folder{advice}")
+        raise OutputError(f"{refused}a file or link, and this output is a folder{UNTOUCHED}")
     try:
         present = _contents(path) if path.is_dir() else set()
     except OSError as err:
-        raise OutputError(f"{refused}a folder that cannot be listed ({err}){advice}") from err
+        raise OutputError(f"{refused}a folder that cannot be listed ({err}){UNTOUCHED}") from err
     if not present:
         return
     marker = path / MARKER
     if not marker.is_file():
         if os.environ.get("DVC_STAGE"):
             return  # a persisted output of the stage DVC runs: DVC's cache holds the earlier one
-        raise OutputError(f"{refused}a folder the pipeline did not write (no {MARKER}){advice}")
+        raise OutputError(f"{refused}a folder the pipeline did not write (no {MARKER}){UNTOUCHED}")
     extra = sorted(present - {MARKER} - set(marker.read_text(encoding="utf-8").splitlines()))
     if extra:
         more = f" and {len(extra) - 3} more" if len(extra) > 3 else ""
         files = ", ".join(extra[:3]) + more
-        raise OutputError(f"{refused}files the pipeline did not write ({files}){advice}")
+        raise OutputError(f"{refused}files the pipeline did not write ({files}){UNTOUCHED}")
 
 
 def _seal(tmp: Path, folder: bool) -> None:
@@ -100,6 +119,45 @@ def _seal(tmp: Path, folder: bool) -> None:
     (tmp / MARKER).write_text("\n".join([MARKER_HEADER, *listed]) + "\n", encoding="utf-8")
 
 
+def _new_temporary(path: Path) -> tuple[Path, int]:
+    """A new `.partial-<name>.*` folder beside `path` and the descriptor by which this process
+    holds its lock until it closes. A writer cleaning up may take a fresh folder before it is
+    locked and remove it; then another is made."""
+    while True:
+        folder = Path(tempfile.mkdtemp(prefix=f"{PARTIAL}{path.name}.", dir=path.parent))
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with contextlib.suppress(FileNotFoundError):
+            if os.path.samestat(os.fstat(fd), os.stat(folder)):
+                return folder, fd
+        os.close(fd)
+
+
+def _remove_if_dead(stale: Path) -> None:
+    """Remove a `.partial-` temporary unless a live writer holds its lock."""
+    try:
+        fd = os.open(stale, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return  # gone already, or not a folder this module made
+    try:
+        with contextlib.suppress(BlockingIOError):  # a live writer's: left to it
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            shutil.rmtree(stale, ignore_errors=True)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """Hold an exclusive `flock` on `folder` itself (no lock file is added to it)."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path, *, folder: bool = False) -> Iterator[Path]:
     """Yield a temporary path beside `path`; on success it replaces `path` in one rename.
@@ -108,17 +166,20 @@ def atomic_path(path: str | Path, *, folder: bool = False) -> Iterator[Path]:
     otherwise the body writes one file. What `check_output` refuses is refused before the body
     runs and again before the rename. On error the temporary path is removed and `path` is
     untouched; a full disk or a folder that cannot be written is one `OutputError` naming `path`.
-    A temporary left by a killed writer (`.partial-<name>.*`) is removed by the next write.
+    A temporary left by a killed writer (`.partial-<name>.*`) is removed by the next write; one
+    that a live writer holds (an exclusive `flock`, which the kernel drops when its holder dies)
+    is left to it. Of two processes writing `path` at once, the one that renames last wins.
     """
     path = Path(path)
     check_output(path, folder=folder)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         for stale in path.parent.glob(f"{PARTIAL}{path.name}.*"):
-            shutil.rmtree(stale, ignore_errors=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f"{PARTIAL}{path.name}.", dir=path.parent)) / "tmp"
+            _remove_if_dead(stale)
+        partial, fd = _new_temporary(path)
     except OSError as err:
         raise OutputError(f"{path}: not written: {err}{_kept(path)}") from err
+    tmp = partial / "tmp"
     try:
         try:
             yield tmp
@@ -130,12 +191,25 @@ def atomic_path(path: str | Path, *, folder: bool = False) -> Iterator[Path]:
             raise OutputError(
                 f"{path}: not written, the disk is full ({err}){_kept(path)}"
             ) from err
-        check_output(path, folder=folder)
-        if path.is_dir():
-            path.rename(tmp.parent / "old")
-        os.replace(tmp, path)
+        with _locked(path.parent):  # one rename at a time: the last writer's output stays
+            check_output(path, folder=folder)
+            if path.is_dir():
+                path.rename(partial / "old")
+            os.replace(tmp, path)
     finally:
-        shutil.rmtree(tmp.parent, ignore_errors=True)
+        shutil.rmtree(partial, ignore_errors=True)
+        os.close(fd)
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file of the pipeline's; one `UserError` naming it when it is not JSON."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
+        raise UserError(
+            f"{path}: not valid JSON ({err}); it was damaged: restore it, or delete it and run "
+            "the stage that writes it"
+        ) from err
 
 
 def write_json(path: str | Path, data: Any) -> None:

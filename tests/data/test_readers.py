@@ -170,3 +170,21 @@ def test_sts_training_corpus_is_every_sts_sentence_once(mirror: Path) -> None:
     sick = readers.read_sick(mirror, "test_annotated")
     stsb = readers.read_stsb(mirror, "train")
     assert {*sick.first, *stsb.second} <= set(sentences)
+
+
+def test_corpus_bad_byte_is_named_at_its_line_past_the_first_block(tmp_path: Path) -> None:
+    """A text-mode reader decodes 8 KiB blocks, so it would blame a line of the first block."""
+    path = _write(tmp_path, "corpus/train.txt", b"a good line\n" * 1000 + b"bad \xff line\n")
+    with pytest.raises(readers.DataFormatError, match="not valid utf-8") as err:
+        list(readers.read_corpus(path))
+    assert str(err.value).startswith(f"{path}:1001: ")
+
+
+def test_corpus_lines_are_those_of_read_lines(tmp_path: Path) -> None:
+    """BOM dropped, split on \\n only (a lone \\r stays inside its line), \\r\\n as \\n."""
+    path = _write(
+        tmp_path, "corpus/train.txt", b"\xef\xbb\xbfFirst.\nSecond\rpart.\r\n\n third \r\n"
+    )
+    expected = [line.strip() for line in readers.read_lines(path) if line.strip()]
+    assert expected == ["First.", "Second\rpart.", "third"]
+    assert list(readers.read_corpus(path)) == expected

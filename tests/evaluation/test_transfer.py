@@ -15,8 +15,10 @@ from sklearn.model_selection import GridSearchCV, cross_validate
 
 from sentemb.config import ConfigError, section
 from sentemb.data.sources import SENTEVAL_DIR
+from sentemb.evaluation.base import embed
 from sentemb.evaluation.transfer import (
     TRANSFER_TASKS,
+    NestedCVResult,
     TransferConfig,
     TransferEvaluator,
     _best,
@@ -322,3 +324,36 @@ def test_real_trec_and_mrpc_from_the_mirror(mirror: Path) -> None:
     assert 66.5 < results["MRPC"] <= 100.0
     assert 0.0 < results["MRPC/f1"] <= 100.0
     assert results["avg"] == pytest.approx((results["TREC"] + results["MRPC"]) / 2)
+
+
+def test_blank_lines_sort_as_zero_tokens_and_embed_as_a_period(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SentEval's order (`senteval/binary.py`) on files with blank lines: each line is
+    `line.split()`, sorted by (token count, label), an empty one embedded as "."; so a blank line
+    is 0 tokens, not the 1 token of its ".". The stratified folds depend on the labels' order
+    alone, so they are SentEval's too."""
+    positive = ["good", "", "a good film", "so good", "good", "", "good acting here", "good good"]
+    negative = ["bad", "", "bad one", "", "a bad film", "bad", "so bad", "truly bad film"]
+    write(tmp_path, "MPQA/mpqa.pos", positive, "latin-1")
+    write(tmp_path, "MPQA/mpqa.neg", negative, "latin-1")
+    seen: dict[str, list] = {}
+
+    def record_embed(encoder: BagOfWords, sentences: list[str], batch_size: int) -> tuple:
+        seen["sentences"] = list(sentences)
+        return embed(encoder, sentences, batch_size)
+
+    def record_cv(X: np.ndarray, y: np.ndarray, config: TransferConfig) -> NestedCVResult:
+        seen["labels"] = y.tolist()
+        return NestedCVResult(dev=0.0, test=0.0, chosen=[])
+
+    monkeypatch.setattr("sentemb.evaluation.transfer.embed", record_embed)
+    monkeypatch.setattr("sentemb.evaluation.transfer.nested_cv", record_cv)
+    TransferEvaluator(tmp_path, 4, TransferConfig(**FAST | {"tasks": ["MPQA"]}))(BagOfWords())
+
+    samples = [line.split() for line in positive + negative]
+    labels = [1] * len(positive) + [0] * len(negative)
+    expected = sorted(zip(samples, labels, strict=True), key=lambda z: (len(z[0]), z[1]))
+    assert seen["sentences"] == [" ".join(tokens) or "." for tokens, _ in expected]
+    assert seen["labels"] == [label for _, label in expected]
+    assert seen["sentences"][:4] == ["."] * 4  # the old "." key put them among the 1-token lines

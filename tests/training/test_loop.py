@@ -19,6 +19,7 @@ from helpers import make_trainer
 from sentemb.encoder import Encoder
 from sentemb.io import CheckpointError
 from sentemb.training.checkpoint import load_checkpoint, rng_state, save_checkpoint
+from sentemb.training.loop import TrainResult
 
 HERE = Path(__file__).resolve().parent
 
@@ -180,6 +181,45 @@ def test_two_processes_match_one_process_with_global_batch(
     assert set(ddp["grads"]) == set(grads)
     for name, grad in grads.items():
         assert torch.allclose(torch.tensor(ddp["grads"][name]), grad, atol=1e-6, rtol=1e-4), name
+
+
+def test_gradients_a_rank_did_not_reach_are_averaged_as_zeros(tmp_path: Path) -> None:
+    """PaSeR's decoder gets no gradient on a rank whose share has no phrase; all-reducing only
+    the gradients each rank has made the ranks' collectives differ (gloo: "Received data size
+    doesn't match"; NCCL hangs). That rank now adds zeros; a parameter no rank reached keeps
+    none."""
+    out = tmp_path / "grads"
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        f"--master_port={free_port()}",
+        str(HERE / "average_worker.py"),
+        str(out),
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for rank in (0, 1):
+        grads = json.loads(Path(f"{out}.{rank}.json").read_text(encoding="utf-8"))
+        assert grads == [[2.0, 3.0], [1.0, 1.0], None]
+
+
+def test_resume_restores_the_fp16_loss_scale(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """fp16's gradient scaler (CUDA's; the CPU one here) resumes with the scale and growth
+    count it had, not a fresh 65536 that would take steps the first run skipped."""
+    trainers = [make_trainer(tiny_model_dir, "simcse", tmp_path / "ck") for _ in range(2)]
+    for trainer in trainers:
+        trainer.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**20, growth_interval=3)
+    first, resumed = trainers
+    for step in range(2):
+        first.step(step)
+    first.scaler.update(123.0)  # a scale no fresh scaler has
+    first._checkpoint(2, TrainResult(0.0, 0, 2))
+    resumed._resume()
+    assert resumed.scaler.state_dict() == first.scaler.state_dict()
+    assert resumed.scaler.get_scale() == 123.0
 
 
 class Payload:

@@ -21,9 +21,8 @@ import torch
 from helpers import make_trainer
 from safetensors.torch import load_file
 
-from sentemb.config import ConfigError, from_dict
+from sentemb.config import ConfigError, from_dict, parse_spec
 from sentemb.io import CheckpointError
-from sentemb.methods.base import parse_spec
 from sentemb.training.checkpoint import LOCK_FILE, key_differences
 from sentemb.training.config import TrainConfig
 from sentemb.training.loop import DivergenceError, Trainer, check_batches, pick_device
@@ -245,13 +244,13 @@ LEARNING_RATE = (
         ("batch_size", 0, "must be >= 1, got 0"),
         ("max_length", 0, "must be >= 1, got 0"),
         ("warmup_steps", -1, "must be >= 0, got -1"),
-        ("weight_decay", -0.01, "must be a finite number >= 0, got -0.01"),
-        ("weight_decay", math.nan, "must be a finite number >= 0, got nan"),
+        ("weight_decay", -0.01, "must be >= 0, got -0.01"),
+        ("weight_decay", math.nan, "expected a finite number, got nan"),
         ("learning_rate", 0, f"{LEARNING_RATE}, got 0.0"),
         ("learning_rate", -1e-5, f"{LEARNING_RATE}, got -1e-05"),
         ("learning_rate", 1e38, f"{LEARNING_RATE}, got 1e+38"),
-        ("learning_rate", math.inf, f"{LEARNING_RATE}, got inf"),
-        ("learning_rate", math.nan, f"{LEARNING_RATE}, got nan"),
+        ("learning_rate", math.inf, "expected a finite number, got inf"),
+        ("learning_rate", math.nan, "expected a finite number, got nan"),
         ("device", "gpu0", "'gpu0' is not a device; use auto, cpu, cuda or cuda:<index>"),
         ("device", "cuda:x", "'cuda:x' is not a device; use auto, cpu, cuda or cuda:<index>"),
         ("device", "", "'' is not a device; use auto, cpu, cuda or cuda:<index>"),

@@ -38,7 +38,10 @@ class DataConfig:
     datasets: list[str] | None = None
 
     def validate(self) -> list[str]:
-        return at_least(self, 1, "corpus_size") + at_least(self, 0, "timeout", strict=True)
+        problems = at_least(self, 1, "corpus_size") + at_least(self, 0, "timeout", strict=True)
+        if self.datasets == []:
+            problems.append("datasets: [] names no dataset; null downloads them all")
+        return problems
 
 
 class DataUnavailable(UserError, RuntimeError):

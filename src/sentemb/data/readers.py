@@ -49,25 +49,31 @@ class LabelledSentences:
         return len(self.labels)
 
 
+def _iter_lines(path: Path, encoding: str = "utf-8") -> Iterator[str]:
+    """Stream the lines of `path` (gunzipped if ``.gz``), split on ``\\n`` only, each decoded alone.
+
+    A line loses its ``\\n`` and a trailing ``\\r``; a UTF-8 file loses its BOM. A missing file or
+    an undecodable line is a `DataFormatError` naming the file (and line).
+    """
+    if not path.is_file():
+        raise DataFormatError(f"{path}: file not found")
+    with gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode(encoding)
+            except UnicodeDecodeError as err:
+                raise DataFormatError(
+                    f"{path}:{lineno}: not valid {encoding}: {err.reason}"
+                ) from err
+            if lineno == 1 and encoding == "utf-8":
+                line = line.removeprefix("\ufeff")
+            yield line.removesuffix("\n").removesuffix("\r")
+
+
 def read_lines(path: Path, encoding: str = "utf-8") -> list[str]:
-    """The lines of `path` without ``\\n``; a missing, undecodable or empty file is an error."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError as err:
-        raise DataFormatError(f"{path}: file not found") from err
-    if path.suffix == ".gz":
-        raw = gzip.decompress(raw)
-    try:
-        text = raw.decode(encoding)
-    except UnicodeDecodeError as err:
-        line = raw[: err.start].count(b"\n") + 1
-        raise DataFormatError(f"{path}:{line}: not valid {encoding}: {err.reason}") from err
-    if encoding == "utf-8" and text.startswith("\ufeff"):
-        text = text[1:]
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    lines = [line.removesuffix("\r") for line in lines]
+    """The lines of `path` as `_iter_lines` gives them; a missing, undecodable or empty file is an
+    error."""
+    lines = list(_iter_lines(path, encoding))
     if not any(line.strip() for line in lines):
         raise DataFormatError(f"{path}: file is empty")
     return lines
@@ -155,12 +161,13 @@ def read_sick(root: Path, split: str) -> PairSet:
 def read_binary(root: Path, task: str) -> LabelledSentences:
     """MR, CR, SUBJ, MPQA: one latin-1 file per class, positive (label 1) first.
 
-    Blank lines are examples, encoded as "." as SentEval does (CR and MPQA have a few).
+    Blank lines are examples with the empty sentence "" (CR and MPQA have a few): SentEval sorts
+    them as 0 tokens and embeds them as "."; the transfer evaluator does the same.
     """
     data = LabelledSentences()
     for label, rel in zip((1, 0), TRANSFER_FILES[task], strict=True):
         for line in read_lines(root / SENTEVAL_DIR / rel, "latin-1"):
-            data.sentences.append(line.strip() or ".")
+            data.sentences.append(line.strip())
             data.labels.append(label)
     return data
 
@@ -235,22 +242,15 @@ def read_chinese(root: Path, name: str, split: str, max_pairs: int | None = None
 
 
 def read_corpus(path: Path, limit: int | None = None) -> Iterator[str]:
-    """Stream the non-empty lines of a one-sentence-per-line corpus (UTF-8)."""
-    if not path.is_file():
-        raise DataFormatError(f"{path}: file not found")
+    """Stream the non-empty lines of a one-sentence-per-line corpus (UTF-8, see `_iter_lines`)."""
     count = 0
-    with path.open(encoding="utf-8") as f:
-        lineno = 0
-        try:
-            for lineno, line in enumerate(f, start=1):  # noqa: B007 (used in the error)
-                if limit is not None and count >= limit:
-                    return
-                sentence = line.strip()
-                if sentence:
-                    count += 1
-                    yield sentence
-        except UnicodeDecodeError as err:
-            raise DataFormatError(f"{path}:{lineno + 1}: not valid utf-8: {err.reason}") from err
+    for line in _iter_lines(path):
+        if limit is not None and count >= limit:
+            return
+        sentence = line.strip()
+        if sentence:
+            count += 1
+            yield sentence
     if count == 0:
         raise DataFormatError(f"{path}: file is empty")
 

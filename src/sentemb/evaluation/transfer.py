@@ -17,12 +17,13 @@ strength C picked from a grid, as in `senteval/tools/validation.py`:
   scored on test (`SplitClassifier`).
 
 Samples are put in SentEval's order (by token count, then label) before folds are drawn, so that
-with the default seed the stratified folds are SentEval's own. Two deliberate differences from the
-2018 code: today's scikit-learn default solver (lbfgs, multinomial for TREC) replaces the
-liblinear one-vs-rest of scikit-learn 0.19 (liblinear no longer fits more than two classes), and
-`max_iter` is raised from 100 because lbfgs needs more on unscaled features (TREC at C >= 16 takes
-up to ~130 iterations on MiniLM vectors). `"<task>/dev"` is the selection score: the mean CV, or
-the dev, accuracy of the chosen C.
+with the default seed the stratified folds are SentEval's own. As in SentEval, a blank line of
+MR, CR, SUBJ or MPQA counts as 0 tokens in that order and is embedded as ".". Two deliberate
+differences from the 2018 code: today's scikit-learn default solver (lbfgs, multinomial for TREC)
+replaces the liblinear one-vs-rest of scikit-learn 0.19 (liblinear no longer fits more than two
+classes), and `max_iter` is raised from 100 because lbfgs needs more on unscaled features (TREC at
+C >= 16 takes up to ~130 iterations on MiniLM vectors). `"<task>/dev"` is the selection score: the
+mean CV, or the dev, accuracy of the chosen C.
 
 Each CV fold fits its whole C grid in one job (its rows taken once); the folds run side by side
 (`n_jobs`), one thread per fit. The results are those of `GridSearchCV` inside `cross_validate`
@@ -34,7 +35,6 @@ inner-CV near-tie went the other way; `benchmarks/transfer.py`), so it is off by
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,7 +48,7 @@ from sklearn.metrics import f1_score
 from sklearn.model_selection import StratifiedKFold
 from threadpoolctl import threadpool_limits
 
-from sentemb.config import at_least
+from sentemb.config import at_least, seed_range
 from sentemb.data.readers import read_binary, read_mrpc, read_sst2, read_trec
 from sentemb.data.sources import TRANSFER_FILES
 from sentemb.evaluation.base import (
@@ -87,10 +87,9 @@ class TransferConfig:
         problems = at_least(self, 2, "kfold", "inner_kfold") + at_least(self, 1, "max_iter")
         for name in ("regs", "kfold_regs"):
             grid = getattr(self, name)
-            if not grid or not all(math.isfinite(c) and c > 0 for c in grid):
+            if not grid or not all(c > 0 for c in grid):
                 problems.append(f"{name}: must be a non-empty list of C > 0, got {grid}")
-        if not 0 <= self.seed < 2**32:
-            problems.append(f"seed: must be in [0, 2**32), got {self.seed}")
+        problems += seed_range(self, "seed")
         if self.n_jobs == 0 or self.n_jobs < -1:
             problems.append(f"n_jobs: must be >= 1 or -1 (all cores), got {self.n_jobs}")
         if self.solver not in SOLVERS:
@@ -304,7 +303,8 @@ class TransferEvaluator(Evaluator):
                 for s, y in zip(data.sentences, data.labels, strict=True)
             ]
         )
-        sentences = [data.sentences[i] for i in order]
+        # ordered by the raw line (a blank one is 0 tokens), embedded with SentEval's "." for ""
+        sentences = [data.sentences[i] or "." for i in order]
         labels = np.asarray([data.labels[i] for i in order])
         vectors, row = embed(encoder, sentences, self.batch_size)
         result = nested_cv(_take(vectors, row, sentences), labels, self.config)

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from sentemb.config import ConfigError, at_least, section
+from sentemb.config import at_least, parse_spec, section
 from sentemb.encoder import Encoder, EncoderOutput
 from sentemb.methods.functional import gather_with_grad, info_nce
 
@@ -190,22 +190,6 @@ class MethodOutput:
 
     loss: Tensor
     logs: dict[str, float]
-
-
-def parse_spec(spec: str) -> list[str]:
-    """The part names of a method spec: `'simcse + iscse'` -> `['simcse', 'iscse']`.
-
-    The one place a spec is read: split on '+', spaces stripped; an empty, unknown or repeated
-    part is a `ConfigError` naming the spec. `'+'.join` of the result is the spec's canonical form.
-    """
-    names = [n.strip() for n in spec.split("+")]
-    unknown = [n for n in names if n and n not in METHODS]
-    if "" in names or unknown or len(set(names)) != len(names):
-        raise ConfigError(
-            f"method: {spec!r} must join distinct known methods with '+' (no empty part); "
-            f"unknown {unknown}; known {sorted(METHODS)}"
-        )
-    return names
 
 
 class CombinedMethod(nn.Module):

@@ -35,6 +35,7 @@ from sentemb.config import (
     at_least,
     from_dict,
     section,
+    seed_range,
 )
 from sentemb.data.readers import PairSet, read_chinese, read_stsb, training_corpus
 from sentemb.encoder import ModelIdentity, model_identity
@@ -104,7 +105,7 @@ class SharedRefineConfig:
         problems += at_least(self, 2, "corpus_size")
         if set(self.suites) - set(EVAL_SUITES):
             problems.append(f"suites: {self.suites} must be a subset of {list(EVAL_SUITES)}")
-        return problems + at_least(self, 1, "pairs", "valid_pairs")
+        return problems + at_least(self, 1, "pairs", "valid_pairs") + seed_range(self, "seed")
 
 
 # Params section `refine`: the shared keys, then one sub-section per registered refinement

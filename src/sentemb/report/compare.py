@@ -11,8 +11,7 @@ similarity).
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ import numpy as np
 
 from sentemb.config import ConfigError, run_plan, section
 from sentemb.evaluation.suites import SUITES
-from sentemb.io import write_json
+from sentemb.io import read_json, write_json
 from sentemb.report import plots
 from sentemb.report.markdown import REFINED, protocol, summary
 from sentemb.report.plots import BEFORE, REFERENCE, TFIDF
@@ -59,7 +58,8 @@ class Runs:
     `files[method][i]` maps each suite and each of `RECORDS` to seed i's metrics file;
     `predictions[suite][method][i]` holds seed i's `--predictions` arrays of a pair suite;
     `curves[method]` the seeds' loss and dev records, concatenated; `singles` the reference
-    rows' metrics files per suite; `before` the untrained model's analysis."""
+    rows' metrics files per suite; `before` the untrained model's analysis; `folders` where they
+    were read (named in errors)."""
 
     params: dict[str, Any]
     files: dict[str, list[dict[str, Any]]]
@@ -67,6 +67,7 @@ class Runs:
     curves: dict[str, dict[str, list[dict]]]
     singles: dict[str, dict[str, Any]]
     before: dict[str, Any]
+    folders: Folders = field(default_factory=Folders)
 
 
 @dataclass
@@ -86,9 +87,9 @@ def existing(path: Path) -> Path:
     return path
 
 
-def read_json(path: Path) -> Any:
+def read_metrics(path: Path) -> Any:
     """A metrics file, or one error naming it."""
-    return json.loads(existing(path).read_text(encoding="utf-8"))
+    return read_json(existing(path))
 
 
 def load(params: dict[str, Any], folders: Folders) -> Runs:
@@ -97,14 +98,14 @@ def load(params: dict[str, Any], folders: Folders) -> Runs:
     runs = {m: [run_name(m, s) for s in seeds] for m in methods}
     files = {
         m: [
-            {s: read_json(folders.runs / r / f"{s}.json") for s in (*SUITES, *RECORDS)}
+            {s: read_metrics(folders.runs / r / f"{s}.json") for s in (*SUITES, *RECORDS)}
             for r in names
         ]
         for m, names in runs.items()
     }
     singles = {
-        REFERENCE: {s: read_json(folders.reference / f"{s}.json") for s in SUITES},
-        TFIDF: {s: read_json(folders.tfidf / f"{s}.json") for s in SUITES},
+        REFERENCE: {s: read_metrics(folders.reference / f"{s}.json") for s in SUITES},
+        TFIDF: {s: read_metrics(folders.tfidf / f"{s}.json") for s in SUITES},
     }
     predictions = {
         suite: {
@@ -121,13 +122,13 @@ def load(params: dict[str, Any], folders: Folders) -> Runs:
         raise ConfigError("eval.sts.tasks: compare's cosine density plot needs STSBenchmark")
     curves = {
         m: {
-            k: [p for r in names for p in read_json(folders.curves / r / f"{k}_curve.json")]
+            k: [p for r in names for p in read_metrics(folders.curves / r / f"{k}_curve.json")]
             for k in CURVES
         }
         for m, names in runs.items()
     }
-    before = read_json(folders.reference / "analysis.json")
-    return Runs(params, files, predictions, curves, singles, before)
+    before = read_metrics(folders.reference / "analysis.json")
+    return Runs(params, files, predictions, curves, singles, before, folders)
 
 
 def aggregate(files: list[dict]) -> dict[str, dict]:
@@ -150,12 +151,48 @@ def aggregate(files: list[dict]) -> dict[str, dict]:
     return result
 
 
+def _task_names(arrays: dict[str, np.ndarray]) -> set[str]:
+    """The tasks of one `--predictions` file (`STS12/MSRpar/gold` is task `STS12`)."""
+    return {name.split("/")[0] for name in arrays}
+
+
+def check_tasks(runs: Runs) -> None:
+    """Each run's predictions of every pair suite hold the tasks of the baseline's first run, and
+    its metrics file scores them; otherwise one error naming the run, the tasks and the file."""
+    methods, seeds = run_plan(runs.params)
+    folders = runs.folders
+    for suite, by_method in runs.predictions.items():
+        first = folders.predictions / run_name(methods[0], seeds[0]) / f"{suite}.npz"
+        expected = _task_names(by_method[methods[0]][0])
+        for method in methods:
+            for i, seed in enumerate(seeds):
+                run = run_name(method, seed)
+                predicted = _task_names(by_method[method][i])
+                scored = set(runs.files[method][i][suite])
+                for path, missing, extra in (
+                    (
+                        folders.predictions / run / f"{suite}.npz",
+                        expected - predicted,
+                        predicted - expected,
+                    ),
+                    (folders.runs / run / f"{suite}.json", expected - scored, set()),
+                ):
+                    if missing or extra:
+                        raise ConfigError(
+                            f"{path}: {method} seed {seed} has other {suite} tasks than {first}"
+                            f" (missing: {', '.join(sorted(missing)) or '-'}; extra:"
+                            f" {', '.join(sorted(extra)) or '-'}); every run must be evaluated on"
+                            f" the same tasks (eval.{suite}.tasks): `dvc repro` it again"
+                        )
+
+
 def compare(runs: Runs, out: Path) -> Comparison:
     """Aggregate, test each method against the first of `methods`, write the plots into `out`
     and return metrics/compare.json's content and the summary."""
     config = section(runs.params, "compare", CompareConfig)
     methods, seeds = run_plan(runs.params)
     baseline = methods[0]
+    check_tasks(runs)
     aggregated = {m: aggregate(f) for m, f in runs.files.items()}
     paired: dict[str, dict] = {m: {} for m in methods[1:]}
     for suite, by_method in runs.predictions.items() if len(methods) > 1 else ():

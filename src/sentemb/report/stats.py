@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import rankdata, ttest_rel
 
-from sentemb.config import at_least
+from sentemb.config import at_least, seed_range
 
 NO_DIFFERENCE = "no significant difference"
 NOISE = "noise"
@@ -42,9 +42,8 @@ class CompareConfig:
 
     def validate(self) -> list[str]:
         problems = []
-        if not 0 <= self.noise < float("inf"):
-            problems.append(f"noise: must be a finite number >= 0 (score points), got {self.noise}")
-        problems += at_least(self, 1, "resamples")
+        problems += at_least(self, 0, "noise") + at_least(self, 1, "resamples")
+        problems += seed_range(self, "seed")
         if not 0 < self.confidence < 1:
             problems.append(f"confidence: must be in (0, 1), got {self.confidence}")
         if len(self.bins) < 2 or any(b >= c for b, c in itertools.pairwise(self.bins)):

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from typing import Literal
@@ -50,14 +49,12 @@ class TrainConfig:
             "checkpoint_steps",
             "log_steps",
         )
-        problems += at_least(self, 0, "warmup_steps")
+        problems += at_least(self, 0, "warmup_steps", "weight_decay")
         if not 0 < self.learning_rate < MAX_LEARNING_RATE:
             problems.append(
                 f"learning_rate: must be > 0 and < {MAX_LEARNING_RATE:.3g} (AdamW's first step, "
                 f"10 x learning_rate, must be a float32), got {self.learning_rate}"
             )
-        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
-            problems.append(f"weight_decay: must be a finite number >= 0, got {self.weight_decay}")
         if not re.fullmatch(DEVICES, self.device):
             problems.append(
                 f"device: {self.device!r} is not a device; use auto, cpu, cuda or cuda:<index>"

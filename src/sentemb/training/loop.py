@@ -95,6 +95,21 @@ def distributed() -> tuple[int, int]:
     return (dist.get_rank(), world) if world > 1 else (0, 1)
 
 
+def average_gradients(params: Sequence[nn.Parameter], world: int, device: torch.device) -> None:
+    """Average the gradients of `params` across the `world` processes, as one process with the
+    global batch has them. A rank may have reached fewer parameters (PaSeR's decoder, on a share
+    with no phrase to rebuild): it adds zeros, so every rank runs the same collectives; a
+    parameter no rank reached keeps no gradient, as in one process."""
+    reached = torch.tensor([p.grad is not None for p in params], dtype=torch.int32, device=device)
+    dist.all_reduce(reached)
+    for p, count in zip(params, reached.tolist(), strict=True):
+        if count:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            dist.all_reduce(p.grad)
+            p.grad /= world
+
+
 def pick_device(name: str, rank: int) -> torch.device:
     """The device `train.device` names for process `rank`; one this machine lacks is an error."""
     if name == "cpu" or (name == "auto" and not torch.cuda.is_available()):
@@ -254,10 +269,7 @@ class Trainer:
         loss, logs, views = self.loss(self.batch_sentences(step), step)
         self.scaler.scale(loss).backward()
         if self.world > 1:
-            for p in self.params:
-                if p.grad is not None:
-                    dist.all_reduce(p.grad)
-                    p.grad /= self.world
+            average_gradients(self.params, self.world, self.device)
         return {"loss": loss.item(), "lr": self.lr_at(step), **logs}, views
 
     def step(self, step: int) -> dict[str, float]:
@@ -333,7 +345,12 @@ class Trainer:
         self.check_weights(step)
         rngs = self._rngs()
         if self.rank == 0:
-            state = {"step": step, "run_key": self.run_key, "result": asdict(result)}
+            state = {
+                "step": step,
+                "run_key": self.run_key,
+                "result": asdict(result),
+                "scaler": self.scaler.state_dict(),  # fp16's loss scale ({} when it is off)
+            }
             save_checkpoint(self.run_dir / "last", self.modules, self.optimizer, rngs, state)
         self.saved_step = step
 
@@ -344,6 +361,7 @@ class Trainer:
             return TrainResult(-math.inf, 0, 0)
         state, rng = load_checkpoint(last, self.modules, self.optimizer, self.rank)
         set_rng_state(rng, self.generator)
+        self.scaler.load_state_dict(state["scaler"])
         result = TrainResult(**state["result"])
         result.resumed_from = self.saved_step = state["step"]
         log.info("resuming from %s at step %d", last, state["step"])

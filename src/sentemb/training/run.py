@@ -15,13 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from sentemb.config import ConfigError, run_plan, section
+from sentemb.config import SEEDS, ConfigError, parse_spec, run_plan, section
 from sentemb.data.readers import DataFormatError, training_corpus
 from sentemb.data.sources import DATASETS
 from sentemb.encoder import Encoder, check_pooler, model_identity
 from sentemb.evaluation.sts import STSConfig, STSEvaluator
 from sentemb.methods import CombinedMethod
-from sentemb.methods.base import parse_spec
 from sentemb.methods.paser import PaSeRConfig
 from sentemb.model_config import ModelConfig
 from sentemb.training.checkpoint import files_hash, lines_hash, source_hash
@@ -154,8 +153,8 @@ def prepare(spec: str, seed: int, params: Mapping[str, Any], data: Path) -> Trai
     run_plan(params)  # a string `methods` would make DVC's matrix run one stage per character
     names = parse_spec(spec)
     spec = "+".join(names)
-    if seed < 0:
-        raise ConfigError(f"--seed: expected an integer >= 0, got {seed}")
+    if seed not in SEEDS:
+        raise ConfigError(f"--seed: expected an integer in [0, 2**32), got {seed}")
     model_config = section(params, "model", ModelConfig)
     config = section(params, "train", TrainConfig)
     for name in ("pooler", "eval_pooler"):
