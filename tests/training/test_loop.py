@@ -129,6 +129,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def two_processes(worker: str, args: list[str], hide_cuda: bool) -> None:
+    """Run `worker` (beside this file) under `torchrun --nproc_per_node=2`; it must exit 0.
+    `hide_cuda` keeps it on gloo (the trainer picks NCCL whenever CUDA is visible)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if hide_cuda:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    command = [
+        *(sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"),
+        *(f"--master_port={free_port()}", str(HERE / worker), *args),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
 BACKENDS = [
     "gloo",
     pytest.param(
@@ -149,22 +163,9 @@ def test_two_processes_match_one_process_with_global_batch(
     as 1 process with the global batch. NCCL refuses two ranks on one GPU ("Duplicate GPU
     detected"), so a machine with one GPU checks gloo alone."""
     out = tmp_path / "ddp.json"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    if backend == "gloo":
-        env["CUDA_VISIBLE_DEVICES"] = ""  # the trainer picks NCCL whenever CUDA is visible
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node=2",
-        f"--master_port={free_port()}",
-        str(HERE / "ddp_worker.py"),
-        str(tiny_model_dir),
-        spec,
-        str(out),
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
-    assert result.returncode == 0, result.stderr[-3000:]
+    two_processes(
+        "ddp_worker.py", [str(tiny_model_dir), spec, str(out)], hide_cuda=backend == "gloo"
+    )
     ddp = json.loads(out.read_text())
     # fp32 on both sides: bf16 rounds a batch split across processes differently
     single = make_trainer(
@@ -189,18 +190,7 @@ def test_gradients_a_rank_did_not_reach_are_averaged_as_zeros(tmp_path: Path) ->
     doesn't match"; NCCL hangs). That rank now adds zeros; a parameter no rank reached keeps
     none."""
     out = tmp_path / "grads"
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node=2",
-        f"--master_port={free_port()}",
-        str(HERE / "average_worker.py"),
-        str(out),
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
-    assert result.returncode == 0, result.stderr[-3000:]
+    two_processes("average_worker.py", [str(out)], hide_cuda=True)
     for rank in (0, 1):
         grads = json.loads(Path(f"{out}.{rank}.json").read_text(encoding="utf-8"))
         assert grads == [[2.0, 3.0], [1.0, 1.0], None]
