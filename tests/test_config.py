@@ -29,6 +29,13 @@ from sentemb.model_config import ModelConfig
 REPO = Path(__file__).resolve().parents[1]
 
 
+def nested(dotted: str, values: dict) -> dict:
+    """Params holding `values` at section `dotted` (`"eval.sts"`: `{"eval": {"sts": values}}`)."""
+    for part in reversed(dotted.split(".")):
+        values = {part: values}
+    return values
+
+
 def test_repo_params_load() -> None:
     params = load_params(REPO / "params.yaml")
     assert section(params, "model", ModelConfig).pooler == "auto"
@@ -87,11 +94,8 @@ def test_non_finite_numbers_and_seeds_out_of_range_are_refused(
     from sentemb.report.stats import CompareConfig
 
     classes = {"dclr": DCLRConfig, "refine": RefineConfig, "compare": CompareConfig}
-    params: dict = values
-    for part in reversed(dotted.split(".")):
-        params = {part: params}
     with pytest.raises(ConfigError, match=message):
-        section(params, dotted, classes.get(dotted, TransferConfig))
+        section(nested(dotted, values), dotted, classes.get(dotted, TransferConfig))
 
 
 @pytest.mark.parametrize("value", [5, [1], "x", True])
@@ -301,9 +305,6 @@ def test_pair_samples_are_positive_integers_or_null(dotted: str, key: str, value
     from sentemb.postprocess import RefineConfig
 
     config = {"eval.chinese": ChineseConfig, "eval.retrieval": RetrievalConfig}.get(dotted)
-    params: dict = {key: value}
-    for part in reversed(dotted.split(".")):
-        params = {part: params}
     with pytest.raises(ConfigError, match=rf"{re.escape(dotted)}\.{key}: "):
-        section(params, dotted, config or RefineConfig)
+        section(nested(dotted, {key: value}), dotted, config or RefineConfig)
     assert getattr(section({}, dotted, config or RefineConfig), key) is None  # default: every pair

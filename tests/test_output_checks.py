@@ -24,6 +24,14 @@ OUTPUTS = {
 EXTRA = {"train": ["--method", "simcse", "--seed", "42"]}
 
 
+def stage_args(stage: str, outputs: dict[str, Path]) -> list[str]:
+    """The command line of `stage` with the repo's params and `outputs` (flag -> path)."""
+    args = [*EXTRA.get(stage, []), "--params", str(REPO / "params.yaml")]
+    for flag, path in outputs.items():
+        args += [flag, str(path)]
+    return args
+
+
 @pytest.mark.parametrize(
     ("stage", "flag"),
     [
@@ -42,11 +50,8 @@ def test_output_below_a_file_is_refused_before_any_work(
     blocker.write_text("mine")
     paths = {name: tmp_path / value for name, value in OUTPUTS[stage].items()}
     paths[flag] = blocker / "out"
-    args = [*EXTRA.get(stage, []), "--params", str(REPO / "params.yaml")]
-    for name, path in paths.items():
-        args += [name, str(path)]
     before = snapshot(tmp_path)
-    error = last_error(run_stage(f"{stage}.py", args, tmp_path))
+    error = last_error(run_stage(f"{stage}.py", stage_args(stage, paths), tmp_path))
     assert error.startswith(f"error: {paths[flag]}")  # the output, or a plot file in it
     assert f": not written: {blocker} is a file, not a folder" in error
     assert snapshot(tmp_path) == before
@@ -67,10 +72,7 @@ def test_damaged_recorded_checksums_are_one_error_naming_the_file(
     recorded = tmp_path / "recorded.json"
     recorded.write_text(content)
     paths = {name: tmp_path / value for name, value in OUTPUTS["download"].items()}
-    args = ["--params", str(REPO / "params.yaml")]
-    for name, path in paths.items():
-        args += [name, str(path)]
     before = snapshot(tmp_path)
-    error = last_error(run_stage("download.py", args, tmp_path))
+    error = last_error(run_stage("download.py", stage_args("download", paths), tmp_path))
     assert error.startswith(f"error: {recorded}: {message}"), error
     assert snapshot(tmp_path) == before
