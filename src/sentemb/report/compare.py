@@ -11,6 +11,7 @@ similarity).
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -156,34 +157,32 @@ def _task_names(arrays: dict[str, np.ndarray]) -> set[str]:
     return {name.split("/")[0] for name in arrays}
 
 
-def check_tasks(runs: Runs) -> None:
+def check_tasks(runs: Runs, methods: list[str], seeds: list[int]) -> None:
     """Each run's predictions of every pair suite hold the tasks of the baseline's first run, and
     its metrics file scores them; otherwise one error naming the run, the tasks and the file."""
-    methods, seeds = run_plan(runs.params)
     folders = runs.folders
     for suite, by_method in runs.predictions.items():
         first = folders.predictions / run_name(methods[0], seeds[0]) / f"{suite}.npz"
         expected = _task_names(by_method[methods[0]][0])
-        for method in methods:
-            for i, seed in enumerate(seeds):
-                run = run_name(method, seed)
-                predicted = _task_names(by_method[method][i])
-                scored = set(runs.files[method][i][suite])
-                for path, missing, extra in (
-                    (
-                        folders.predictions / run / f"{suite}.npz",
-                        expected - predicted,
-                        predicted - expected,
-                    ),
-                    (folders.runs / run / f"{suite}.json", expected - scored, set()),
-                ):
-                    if missing or extra:
-                        raise ConfigError(
-                            f"{path}: {method} seed {seed} has other {suite} tasks than {first}"
-                            f" (missing: {', '.join(sorted(missing)) or '-'}; extra:"
-                            f" {', '.join(sorted(extra)) or '-'}); every run must be evaluated on"
-                            f" the same tasks (eval.{suite}.tasks): `dvc repro` it again"
-                        )
+        for method, (i, seed) in itertools.product(methods, enumerate(seeds)):
+            run = run_name(method, seed)
+            predicted = _task_names(by_method[method][i])
+            scored = set(runs.files[method][i][suite])
+            for path, missing, extra in (
+                (
+                    folders.predictions / run / f"{suite}.npz",
+                    expected - predicted,
+                    predicted - expected,
+                ),
+                (folders.runs / run / f"{suite}.json", expected - scored, set()),
+            ):
+                if missing or extra:
+                    raise ConfigError(
+                        f"{path}: {method} seed {seed} has other {suite} tasks than {first}"
+                        f" (missing: {', '.join(sorted(missing)) or '-'}; extra:"
+                        f" {', '.join(sorted(extra)) or '-'}); every run must be evaluated on"
+                        f" the same tasks (eval.{suite}.tasks): `dvc repro` it again"
+                    )
 
 
 def compare(runs: Runs, out: Path) -> Comparison:
@@ -192,7 +191,7 @@ def compare(runs: Runs, out: Path) -> Comparison:
     config = section(runs.params, "compare", CompareConfig)
     methods, seeds = run_plan(runs.params)
     baseline = methods[0]
-    check_tasks(runs)
+    check_tasks(runs, methods, seeds)
     aggregated = {m: aggregate(f) for m, f in runs.files.items()}
     paired: dict[str, dict] = {m: {} for m in methods[1:]}
     for suite, by_method in runs.predictions.items() if len(methods) > 1 else ():
