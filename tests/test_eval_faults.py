@@ -325,7 +325,7 @@ def test_downloaded_dataset_whose_files_are_gone_is_one_error(
     data.mkdir()
     (data / "MANIFEST.json").write_text((data_root / "MANIFEST.json").read_text())
     error, out = evaluate(tmp_path, data, "tfidf", "sts", stage_env)
-    stsb = data / STSB / "sts-train.csv"
+    stsb = data / STSB / "sts-test.csv"  # the file the test split reads, not the dataset's first
     assert error == (
         f"error: {stsb}: not found, though {data / 'MANIFEST.json'} lists STSBenchmark as "
         f"downloaded: {data} was changed after the download stage; run it again"

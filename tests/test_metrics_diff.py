@@ -58,6 +58,7 @@ def test_only_scores_below_the_noise_are_noise() -> None:
         ("metrics/runs/a-1/refine.json", "english.lambda2", False),
         ("metrics/runs/a-1/refine.json", "english.cosine/none", False),
         ("metrics/runs/a-1/train.json", "steps", False),
+        ("metrics/runs/a-1/train.json", "initial_dev", True),  # the untrained model's dev
         ("metrics/runs/a-1/analysis.json", "uniformity", False),
         ("metrics/compare.json", "paired.sscl.sts.avg.difference", True),
         ("metrics/compare.json", "paired.sscl.sts.avg.p_seeds", False),

@@ -25,7 +25,7 @@ SENTENCE = "At least 89 dead in China earthquakes, officials said on Monday."
 def test_rake_on_a_fixed_sentence() -> None:
     # candidates split at stopwords/punctuation: "least 89 dead" (3 words, each deg 3, freq 1:
     # 3 + 3 + 3 = 9), "china earthquakes" and "officials said" (2 + 2 = 4), "monday" (1)
-    phrases = Extractor(PhrasesConfig(), idf={}).phrases(SENTENCE)
+    phrases = Extractor(PhrasesConfig(), idf=None).phrases(SENTENCE)
     assert phrases == [
         ["least 89 dead", 9.0, 3, 16],
         ["china earthquakes", 4.0, 20, 37],
@@ -37,7 +37,7 @@ def test_rake_on_a_fixed_sentence() -> None:
 
 def test_phrase_length_and_count_params() -> None:
     config = PhrasesConfig(top_k=2, min_length=2, max_length=2)
-    assert [p[0] for p in Extractor(config, idf={}).phrases(SENTENCE)] == [
+    assert [p[0] for p in Extractor(config, idf=None).phrases(SENTENCE)] == [
         "china earthquakes",
         "officials said",
     ]
@@ -66,6 +66,7 @@ def test_extract_streams_aligned_files_with_corpus_idf(tmp_path: Path) -> None:
     table = read_idf(tmp_path / "out")  # the same table, kept for RepAL's keywords
     assert table["mat"] == pytest.approx(idf["mat"])
     assert table["the"] == pytest.approx(math.log(4 / 3) + 1)
+    assert table.documents == 3 and table["unseen"] == pytest.approx(math.log(4) + 1)
     spans = read_phrase_spans(tmp_path / "out/rake.jsonl")
     assert spans["a dog sat"] == [(2, 9)]  # "a" is a stopword
 

@@ -22,7 +22,8 @@ from sentemb import postprocess
 from sentemb.config import ConfigError, section
 from sentemb.data.readers import PairSet
 from sentemb.encoder import Encoder, ModelIdentity, model_identity
-from sentemb.evaluation.base import SentenceEncoder
+from sentemb.evaluation.base import SentenceEncoder, UnusableVectors
+from sentemb.phrases import IdfTable
 from sentemb.postprocess import (
     CHINESE,
     ENGLISH,
@@ -51,7 +52,7 @@ from sentemb.postprocess.repal import (
 from sentemb.postprocess.whitening import Whitening
 
 TOY = ModelIdentity("toy", "ab" * 32, "mean", 8)  # what toy_dev's encoder stands for
-IDF = {"cat": 2.0, "sat": 1.5, "mat": 3.0, "dog": 2.5}
+IDF = IdfTable({"cat": 2.0, "sat": 1.5, "mat": 3.0, "dog": 2.5}, documents=10)
 
 
 class TableEncoder:
@@ -153,6 +154,29 @@ def test_lambda_search_levels_and_ties() -> None:
     assert search_lambdas(score, [0.0, 0.3], [1.0, 2.0], levels=["corpus"])[:2] == (0.0, 2.0)
     assert calls == [(0.0, 1.0), (0.0, 2.0)]
     assert search_lambdas(lambda a, b: 1.0, [0.5, 0.0], [0.7, 0.0])[:2] == (0.5, 0.7)
+    # a NaN score ranks last, wherever it is (first, max() returned it and the search crashed)
+    nan_first = search_lambdas(lambda a, b: b if b else float("nan"), [0.0], [0.0, 1.0, 2.0])
+    assert nan_first[:2] == (0.0, 2.0)
+    assert search_lambdas(lambda a, b: float("nan"), [0.5, 0.0], [0.7, 0.0])[:2] == (0.5, 0.7)
+
+
+@pytest.mark.parametrize(
+    ("gold", "second", "counts"),
+    [
+        ([1.0, 1.0], ["b0", "b1"], "4 distinct sentences and 1 distinct gold"),
+        ([1.0, 2.0], ["a0", "a0"], "1 distinct sentences and 2 distinct gold"),
+    ],
+)
+def test_tuning_needs_two_sentences_and_two_gold_scores(
+    gold: list[float], second: list[str], counts: str
+) -> None:
+    """A Chinese valid sample of one gold score (tiny `refine.valid_pairs`) gave NaN Spearmans
+    and a bare StopIteration; one sentence crashed the random-pair cosine in numpy."""
+    encoder, _, fit = toy_dev()
+    first = ["a0", "a1"] if second[0] == "b0" else ["a0", "a0"]
+    config = RefineConfig(methods=["repal", "whitening"])
+    with pytest.raises(UnusableVectors, match=f"2 tuning pairs have {counts} scores"):
+        fit_scope(encoder, PairSet(first, second, gold), fit, toy_parts(config), config)
 
 
 def test_partial_mask_masks_exactly_the_tf_idf_keywords_english() -> None:
@@ -166,6 +190,9 @@ def test_partial_mask_masks_exactly_the_tf_idf_keywords_english() -> None:
     assert PartialMask("<mask>", False, IDF, keywords=20)(sentence) == (
         "The <mask> <mask> on the <mask>, with the <mask>."
     )
+    # a word the corpus lacks has df = 0: IDF ln(1 + 10) + 1 = 3.40, above mat's 3.0 (it was 0)
+    assert IDF["zyxwv"] == pytest.approx(np.log(11) + 1)
+    assert PartialMask("[MASK]", False, IDF, keywords=1)("mat zyxwv") == "mat [MASK]"
 
 
 def test_partial_mask_masks_exactly_the_jieba_keywords_chinese() -> None:
@@ -191,6 +218,9 @@ def test_whitening_makes_the_fitting_covariance_the_identity() -> None:
     )
     with pytest.raises(ConfigError, match="all equal"):
         Whitening.fit(np.ones((4, 6)))
+    for rows in (0, 1):  # a fit on the sentences of an empty call ended in numpy's SVD error
+        with pytest.raises(ConfigError, match=f"2 or more vectors, got {rows}"):
+            Whitening.fit(x[:rows])
 
 
 def test_eigenvalue_bound_is_eq_5_by_hand() -> None:

@@ -623,10 +623,10 @@ def test_numbers_are_the_numeric_leaves() -> None:
     assert tracking.numbers(metrics) == {"a": 1.0, "d.e": 2.5}
 
 
-def tiny_st_folder(tiny_model_dir: Path, folder: Path) -> Path:
+def tiny_st_folder(tiny_model_dir: Path, folder: Path, pooler: str = "cls_before_pooler") -> Path:
     from sentemb.encoder import Encoder
 
-    Encoder.from_pretrained(str(tiny_model_dir), "cls_before_pooler").save(folder)
+    Encoder.from_pretrained(str(tiny_model_dir), pooler).save(folder)
     return folder
 
 
@@ -678,6 +678,39 @@ def test_model_falls_back_to_an_artifact_with_a_warning(
     client = MlflowClient(tracking_uri=sqlite_uri)
     logged = {a.path for a in client.list_artifacts(run.run_id, "model/model")}
     assert {"model/model/modules.json", "model/model/model.safetensors"} <= logged
+
+
+@pytest.mark.parametrize("damage", ["first_last_avg", "no pooling config"])
+def test_model_sentence_transformers_would_misread_is_an_artifact(
+    damage: str,
+    sqlite_uri: str,
+    tiny_model_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A pooler sentence-transformers lacks has no modules.json, and SentenceTransformer(folder)
+    made it mean pooling: the flavour logged other vectors. A folder it cannot load disabled
+    tracking and left the run RUNNING. Both are now the artifact, and the run goes on."""
+    from mlflow.tracking import MlflowClient
+
+    pooler = damage if damage == "first_last_avg" else "cls_before_pooler"
+    folder = tiny_st_folder(tiny_model_dir, tmp_path / "model", pooler)
+    if damage == "no pooling config":
+        (folder / "1_Pooling" / "config.json").unlink()
+    monkeypatch.setattr(tracking, "flavour_unsupported", lambda: None)
+    with caplog.at_level(logging.WARNING), mlflow_run("train", {}) as run:
+        run.log_model(folder)
+        run.log_metrics({"after": 1.0})
+    assert run.unlogged == [] and run.model_uri is None and run.error is None
+    why = "no sentence-transformers equivalent" if pooler == damage else "cannot load it"
+    assert any(why in r.getMessage() for r in tracking_records(caplog))
+    client = MlflowClient(tracking_uri=sqlite_uri)
+    logged = client.get_run(run.run_id)
+    assert logged.info.status == "FINISHED" and logged.data.metrics["after"] == 1.0
+    assert "model/model/model.safetensors" in {
+        a.path for a in client.list_artifacts(run.run_id, "model/model")
+    }
 
 
 def test_flavour_check_follows_mlflows_own_bounds(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -27,7 +27,7 @@ from sklearn.preprocessing import normalize
 from sentemb.config import ConfigError, at_least
 from sentemb.data.readers import read_stsb
 from sentemb.encoder import POOLERS, Encoder
-from sentemb.evaluation.base import check_vectors, require_finite, scoring
+from sentemb.evaluation.base import check_vectors, distinct, require_finite, scoring
 from sentemb.model_config import ModelConfig
 
 
@@ -120,7 +120,7 @@ def analyze(
     encoder = Encoder.from_pretrained(
         name, pooler, model.max_length, model.trust_remote_code, model.precision
     )
-    row = {s: i for i, s in enumerate(dict.fromkeys([*pairs.first, *pairs.second]))}
+    row = distinct([*pairs.first, *pairs.second])
     vectors, layers = vectors_and_over_smoothing(encoder, list(row), model.batch_size)
     with scoring(name):
         check_vectors(vectors)

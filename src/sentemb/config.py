@@ -226,12 +226,12 @@ def run_plan(params: dict) -> tuple[list[str], list[int]]:
         )
     if any(not isinstance(s, int) or isinstance(s, bool) or s not in SEEDS for s in seeds):
         raise ConfigError(f"seeds: expected integers in [0, 2**32), got {seeds!r}")
+    parts = []
     for i, spec in enumerate(methods):
         try:
-            parse_spec(spec)
+            parts.append(frozenset(parse_spec(spec)))
         except ConfigError as err:
             raise ConfigError(f"methods[{i}]: {err}") from err
-    parts = [frozenset(parse_spec(spec)) for spec in methods]
     for name, values in (("methods", parts), ("seeds", seeds)):
         if len(set(values)) != len(values):
             raise ConfigError(f"{name}: {params[name]!r} lists a value twice")

@@ -4,6 +4,8 @@ and the errors of our own files that cannot be written or read back.
 An output replaces only what the pipeline wrote: a file output never replaces a folder, and a
 folder output replaces an existing folder only when it is empty or holds nothing but the files
 listed in its `.sentemb-output` (the list `atomic_path` writes into every folder output).
+Concurrent writers of one output coordinate through `flock` on folders, which locks on local
+Linux filesystems; on a network filesystem (NFS) it may not, so run one writer per output there.
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ def is_score(path: str, metric: str) -> bool:
         return first in ("methods", "paired") and last in COMPARE_SCORES
     if name == "refine":
         return last.startswith("dev/")
-    return name in SUITE_FILES or (name == "train" and metric == "best_dev")
+    return name in SUITE_FILES or (name == "train" and metric in ("best_dev", "initial_dev"))
 
 
 def number(value: Any) -> float | None:

@@ -40,6 +40,19 @@ LATIN_CHAR = re.compile("[A-Za-z0-9]", flags=re.IGNORECASE)  # what a Latin phra
 IDF_FILE = "idf.json"
 
 
+@dataclass(frozen=True)
+class IdfTable:
+    """A corpus's smooth IDF by word, ln((1 + n) / (1 + df)) + 1 (scikit-learn's), over its n
+    `documents`. A word the corpus lacks (df = 0) is rarer than any in it and gets the formula's
+    largest value, ln(1 + n) + 1 (scikit-learn's `transform` would drop it: never a keyword)."""
+
+    idf: dict[str, float]
+    documents: int
+
+    def __getitem__(self, word: str) -> float:
+        return self.idf.get(word, math.log(1 + self.documents) + 1)
+
+
 @dataclass
 class PhrasesConfig:
     """Params section `phrases`."""
@@ -106,7 +119,7 @@ def phrase_span(sentence: str, phrase: str, chinese: bool) -> tuple[int, int] | 
 class Extractor:
     """RAKE phrases and TF-IDF keywords of single sentences (one per worker process)."""
 
-    def __init__(self, config: PhrasesConfig, idf: dict[str, float] | None) -> None:
+    def __init__(self, config: PhrasesConfig, idf: IdfTable | None) -> None:
         from rake_nltk import Rake
 
         self.config, self.idf = config, idf
@@ -158,7 +171,7 @@ class KeywordScorer:
     """
 
     def __init__(
-        self, chinese: bool, idf: dict[str, float] | None, stopwords: set[str] | frozenset[str]
+        self, chinese: bool, idf: IdfTable | None, stopwords: set[str] | frozenset[str]
     ) -> None:
         self.chinese, self.idf, self.stopwords = chinese, idf, stopwords
         self.analyzer = None if chinese else english_analyzer()
@@ -174,7 +187,7 @@ class KeywordScorer:
         assert self.analyzer is not None and self.idf is not None
         counts = Counter(w for w in self.analyzer(sentence) if w not in self.stopwords)
         scored = sorted(
-            ((count * self.idf.get(word, 0.0), word) for word, count in counts.items()),
+            ((count * self.idf[word], word) for word, count in counts.items()),
             key=lambda pair: (-pair[0], pair[1]),
         )
         return [[word, round(score, 4)] for score, word in scored[:top_k]]
@@ -196,7 +209,7 @@ def document_frequencies(sentences: list[str]) -> tuple[int, Counter[str]]:
 _EXTRACTOR: Extractor | None = None
 
 
-def _start_worker(config: PhrasesConfig, idf: dict[str, float] | None) -> None:
+def _start_worker(config: PhrasesConfig, idf: IdfTable | None) -> None:
     global _EXTRACTOR
     _EXTRACTOR = Extractor(config, idf)
 
@@ -247,7 +260,9 @@ def extract(
                 bar.update(size)
             bar.close()
             # to 1e-10: libm's log may differ in the last bit between CPUs (FMA or not)
-            idf = {w: round(math.log((1 + total) / (1 + n)) + 1, 10) for w, n in df.items()}
+            idf = IdfTable(
+                {w: round(math.log((1 + total) / (1 + n)) + 1, 10) for w, n in df.items()}, total
+            )
             del df
     stats = {"sentences": 0, "with_phrases": 0, "phrases": 0}
     with (
@@ -256,7 +271,7 @@ def extract(
     ):
         tmp.mkdir()
         if idf is not None:
-            write_idf(tmp, idf, total)
+            write_idf(tmp, idf)
         with (
             (tmp / "rake.jsonl").open("w", encoding="utf-8") as rake_file,
             (tmp / "keywords.jsonl").open("w", encoding="utf-8") as keyword_file,
@@ -274,19 +289,18 @@ def extract(
     return stats
 
 
-def write_idf(folder: Path, idf: dict[str, float], documents: int | None = None) -> None:
-    """`idf.json` in `folder`: the IDF table by word and, when known, the documents it came from."""
-    record = {"documents": documents} if documents is not None else {}
-    (folder / IDF_FILE).write_text(
-        json.dumps(record | {"idf": dict(sorted(idf.items()))}) + "\n", encoding="utf-8"
-    )
+def write_idf(folder: Path, table: IdfTable) -> None:
+    """`idf.json` in `folder`: the documents the IDF table came from and the table by word."""
+    record = {"documents": table.documents, "idf": dict(sorted(table.idf.items()))}
+    (folder / IDF_FILE).write_text(json.dumps(record) + "\n", encoding="utf-8")
 
 
-def read_idf(folder: Path) -> dict[str, float]:
+def read_idf(folder: Path) -> IdfTable:
     """The IDF table the phrases stage fitted on the training corpus (English only)."""
     path = folder / IDF_FILE
     try:
-        return json.loads(path.read_text(encoding="utf-8"))["idf"]
+        record = json.loads(path.read_text(encoding="utf-8"))
+        return IdfTable(dict(record["idf"]), int(record["documents"]))
     except FileNotFoundError as err:
         raise DataFormatError(
             f"{path}: not found; run the phrases stage with phrases.language: english"

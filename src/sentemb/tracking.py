@@ -346,26 +346,36 @@ class RunLogger:
     def log_model(self, folder: str | Path, name: str = "model") -> None:
         """Log a sentence-transformers model folder with MLflow's ``sentence_transformers``
         flavour (``mlflow.sentence_transformers.load_model(run.model_uri)``), where the pinned
-        MLflow supports the installed sentence-transformers; otherwise, with a warning, the folder
-        as the artifact ``<name>/<folder name>`` (``SentenceTransformer(<download>)`` loads it)."""
+        MLflow supports the installed sentence-transformers and the folder is one it loads as
+        itself; otherwise, with a warning, the folder as the artifact ``<name>/<folder name>``: a
+        pooler sentence-transformers lacks (no ``modules.json``: it would load mean pooling) or a
+        folder it cannot load is no outage of the store, and tracking goes on."""
         folder = Path(folder)
-        unsupported = flavour_unsupported()
-        if unsupported:
+        if not self.active:
+            self.unlogged.append(f"model {folder}")
+            return
+        model, why = None, flavour_unsupported()
+        if why is None and not (folder / "modules.json").is_file():
+            why = "its pooler has no sentence-transformers equivalent (no modules.json)"
+        if why is None:
+            import sentence_transformers
+
+            try:
+                model = sentence_transformers.SentenceTransformer(str(folder), device="cpu")
+            except Exception as exc:  # a damaged folder: the artifact keeps what there is
+                why = f"sentence-transformers cannot load it ({_reason(exc)})"
+        if model is None:
             log.warning(
                 "MLflow: %s; %s is logged as the artifact %s/%s instead of an MLflow model "
                 "(load it with SentenceTransformer(<downloaded folder>))",
-                unsupported,
+                why,
                 folder,
                 name,
                 folder.name,
             )
             self.log_artifact(folder, name)
             return
-        what = f"model {folder}"
-        if not self.active:
-            self.unlogged.append(what)
-            return
-        self._call(what, self._log_sentence_transformer, folder, name)
+        self._call(f"model {folder}", self._log_sentence_transformer, model, name)
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         """Log params known only after the run started (nested keys dotted)."""
@@ -452,12 +462,11 @@ class RunLogger:
 
     # -- helpers ----------------------------------------------------------------------------------
 
-    def _log_sentence_transformer(self, folder: Path, name: str) -> None:
+    def _log_sentence_transformer(self, model: Any, name: str) -> None:
         import mlflow
         import sentence_transformers
         from mlflow.models import Model
 
-        model = sentence_transformers.SentenceTransformer(str(folder), device="cpu")
         mlflow.set_tracking_uri(self.tracking_uri)
         mlflow.set_experiment(experiment_id=self.experiment_id)  # else the model goes to "Default"
         requirement = f"sentence-transformers=={sentence_transformers.__version__}"

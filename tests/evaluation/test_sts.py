@@ -76,6 +76,28 @@ def test_missing_sets_are_skipped_with_reason(tmp_path: Path) -> None:
     assert "not found under" in evaluator.skipped["STS12"]
 
 
+def test_dev_split_needs_only_the_dev_files(tmp_path: Path) -> None:
+    # STS-B dev and SICK trial without their test files: the dev split scores them, the test
+    # split skips them (it used to ask for every file of the dataset, so the dev split skipped too)
+    stsb = tmp_path / SENTEVAL_DIR / "STS" / "STSBenchmark"
+    stsb.mkdir(parents=True)
+    rows = [("a", "b", "2"), ("a", "c", "1"), ("a", "d", "4")]  # cosines .707, 0, .995: rho = 1
+    (stsb / "sts-dev.csv").write_text("".join(f"g\tf\ty\t0\t{g}\t{a}\t{b}\n" for a, b, g in rows))
+    sick = tmp_path / SENTEVAL_DIR / "SICK"
+    sick.mkdir(parents=True)
+    lines = [f"{i}\t{a}\t{b}\t{g}\tX\n" for i, (a, b, g) in enumerate(rows)]
+    (sick / "SICK_trial.txt").write_text("pair_ID\tA\tB\tscore\tlabel\n" + "".join(lines))
+    dev = STSEvaluator(tmp_path, split="dev")(LookupEncoder())
+    assert dev == {
+        "STSBenchmark/dev": pytest.approx(100.0),
+        "SICKRelatedness/dev": pytest.approx(100.0),
+        "avg": pytest.approx(100.0),
+    }
+    test = STSEvaluator(tmp_path)
+    assert test(LookupEncoder()) == {}
+    assert {"STSBenchmark", "SICK"} <= set(test.skipped)
+
+
 def test_chinese_by_hand(tmp_path: Path) -> None:
     folder = tmp_path / "senteval_cn" / "BQ"
     folder.mkdir(parents=True)

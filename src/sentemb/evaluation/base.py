@@ -19,7 +19,7 @@ import contextlib
 import json
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -151,7 +151,8 @@ class CachedEncoder:
 
     def encode(self, sentences: Sequence[str], batch_size: int = 128) -> Embeddings:
         """One row per sentence, in order; an `UnusableVectors` error if they cannot be scored."""
-        unique = list(dict.fromkeys(sentences))
+        row = distinct(sentences)
+        unique = list(row)
         if not unique:
             return self.encoder.encode([], batch_size)
         new = unique if self.sparse else [s for s in unique if s not in self.cache]
@@ -165,8 +166,12 @@ class CachedEncoder:
         check_vectors(rows)
         if len(unique) == len(sentences):
             return rows
-        row = {s: i for i, s in enumerate(unique)}
         return rows[[row[s] for s in sentences]]
+
+
+def distinct(sentences: Iterable[str]) -> dict[str, int]:
+    """Each distinct sentence, in first-seen order, mapped to its row among them."""
+    return {s: i for i, s in enumerate(dict.fromkeys(sentences))}
 
 
 def embed(
@@ -174,9 +179,9 @@ def embed(
 ) -> tuple[Embeddings, dict[str, int]]:
     """The rows of the distinct sentences, checked, and each sentence's row index: through
     `encoder`'s cache when it is a `CachedEncoder`, else through one for this call alone."""
-    unique = list(dict.fromkeys(sentences))
+    row = distinct(sentences)
     cached = encoder if isinstance(encoder, CachedEncoder) else CachedEncoder(encoder)
-    return cached.encode(unique, batch_size), {s: i for i, s in enumerate(unique)}
+    return cached.encode(list(row), batch_size), row
 
 
 def check_vectors(vectors: Embeddings) -> None:

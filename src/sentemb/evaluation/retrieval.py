@@ -58,6 +58,7 @@ from sentemb.evaluation.base import (
     Embeddings,
     Evaluator,
     SentenceEncoder,
+    distinct,
     embed,
     for_set,
     rowwise_cosine,
@@ -194,8 +195,8 @@ def qqp_task(pairs: PairSet, exclude_query: bool = True) -> RetrievalTask:
     duplicates the positives. With `exclude_query`, a query's own text is never ranked and a pair
     of identical texts is no positive.
     """
-    corpus = list(dict.fromkeys(pairs.second))
-    where = {text: i for i, text in enumerate(corpus)}
+    where = distinct(pairs.second)
+    corpus = list(where)
     positives: dict[str, dict[int, None]] = {}
     for first, second, score in zip(pairs.first, pairs.second, pairs.scores, strict=True):
         if score == 1.0 and not (exclude_query and first == second):

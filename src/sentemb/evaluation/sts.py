@@ -26,7 +26,11 @@ from sentemb.evaluation.base import (
 
 STS_TASKS = (*STS_SUBSETS, "STSBenchmark", "SICKRelatedness")
 DEV_TASKS = ("STSBenchmark", "SICKRelatedness")
-_DATASET = {"STSBenchmark": "STSBenchmark", "SICKRelatedness": "SICK"}
+# each dev task's dataset, reader, and split (part of a file name) of its test and dev sets
+_DEV_SETS = {
+    "STSBenchmark": ("STSBenchmark", read_stsb, {"test": "test", "dev": "dev"}),
+    "SICKRelatedness": ("SICK", read_sick, {"test": "test_annotated", "dev": "trial"}),
+}
 
 
 @dataclass
@@ -78,15 +82,15 @@ class STSEvaluator(Evaluator):
     def _pair_sets(self) -> dict[str, PairSet]:
         tasks = [t for t in self.config.tasks if self.split == "test" or t in DEV_TASKS]
         sets: dict[str, PairSet] = {}
-        for task in (t for t in tasks if self.available(_DATASET.get(t, t))):
+        for task in tasks:
             if task in STS_SUBSETS:
-                sets.update({f"{task}/{k}": v for k, v in read_sts_year(self.root, task).items()})
-            elif task == "STSBenchmark":
-                sets[task] = read_stsb(self.root, "test" if self.split == "test" else "dev")
-            else:
-                sets[task] = read_sick(
-                    self.root, "test_annotated" if self.split == "test" else "trial"
-                )
+                if self.available(task):
+                    year = read_sts_year(self.root, task)
+                    sets.update({f"{task}/{k}": v for k, v in year.items()})
+                continue
+            dataset, reader, splits = _DEV_SETS[task]
+            if self.available(dataset, splits[self.split]):
+                sets[task] = reader(self.root, splits[self.split])
         return sets
 
     def score(self, encoders: Mapping[str, SentenceEncoder]) -> dict[str, float]:

@@ -42,7 +42,9 @@ from sentemb.encoder import ModelIdentity, model_identity
 from sentemb.evaluation.base import (
     CachedEncoder,
     SentenceEncoder,
+    UnusableVectors,
     check_vectors,
+    distinct,
     require_complete,
     require_finite,
     rowwise_cosine,
@@ -55,13 +57,12 @@ from sentemb.evaluation.retrieval import CHINESE_PAIR_SETS, RetrievalConfig
 from sentemb.evaluation.sts import cosine_scores
 from sentemb.io import atomic_path
 from sentemb.model_config import ModelConfig
-from sentemb.phrases import IDF_FILE, read_idf, write_idf
+from sentemb.phrases import IDF_FILE, IdfTable, read_idf, write_idf
 from sentemb.postprocess.base import (
     REFINEMENTS,
     Context,
     Refinement,
     register_refinement,
-    unique,
 )
 from sentemb.postprocess.repal import bound_curve
 
@@ -161,11 +162,19 @@ def fit_scope(
 ) -> tuple[Fitted, dict[str, float], list[dict[str, float]]]:
     """Fit each refinement of `parts` on `fit_sentences` (None: on each call's sentences), then
     tune it on `dev`; returns the fits, the dev scores and random-pair cosines before and after
-    (with what each fit reports), and every candidate tried.
+    (with what each fit reports), and every candidate tried. A `dev` with fewer than 2 distinct
+    sentences or gold scores (no Spearman to tune on) is an `UnusableVectors` error.
     """
+    sentences = list(distinct([*dev.first, *dev.second]))
+    if min(len(sentences), len(set(dev.gold))) < 2:
+        raise UnusableVectors(
+            f"the {len(dev)} tuning pairs have {len(sentences)} distinct sentences and "
+            f"{len(set(dev.gold))} distinct gold scores: a Spearman to tune on needs 2 or more "
+            "of each (refine.valid_pairs)"
+        )
     vectors = None
     if fit_sentences is not None:
-        vectors = encoder.encode(unique(fit_sentences), batch_size)
+        vectors = encoder.encode(list(distinct(fit_sentences)), batch_size)
         check_vectors(vectors)
     fitted: Fitted = {}
     reported: dict[str, float] = {}
@@ -176,7 +185,6 @@ def fit_scope(
     def dev_score(scorer: SentenceEncoder) -> float:
         return spearman(cosine_scores(scorer, {"dev": dev}, batch_size)["dev"], dev.gold)
 
-    sentences = unique([*dev.first, *dev.second])
     metrics = {
         "dev/none": dev_score(encoder),
         "cosine/none": mean_random_cosine(
@@ -206,7 +214,7 @@ class FittedRefinements:
     config: SharedRefineConfig
     fitted: dict[str, Fitted]
     metrics: dict[str, dict[str, float]]
-    idf: dict[str, float] | None
+    idf: IdfTable | None
     models: dict[str, ModelIdentity]
     curve: list[dict[str, float]]
 
@@ -245,7 +253,7 @@ def fit_refinements(
         fitted[ENGLISH_SCOPE], metrics[ENGLISH_SCOPE], tried = fit_scope(
             english, dev, corpus, parts, config, batch_size
         )
-    vectors = english.encode(unique([*dev.first, *dev.second]), batch_size)
+    vectors = english.encode(list(distinct([*dev.first, *dev.second])), batch_size)
     repal = config.repal if "repal" in config.methods else None  # Fig. 2 is RepAL's
     curve = bound_curve(vectors, repal, tried, metrics[ENGLISH_SCOPE]["dev/none"])
     lowest = min(curve, key=lambda p: p["bound"])
@@ -260,7 +268,8 @@ def fit_refinements(
             log.warning("%s: no refinement fitted: %s", name, probe.skipped[dataset_name(name)])
             continue
         valid = read_chinese(data, name, "valid", config.valid_pairs)
-        sentences = unique([*valid.first, *valid.second]) if config.fit_on == "corpus" else None
+        corpus = config.fit_on == "corpus"
+        sentences = list(distinct([*valid.first, *valid.second])) if corpus else None
         with scoring(f"{chinese_model}, {name}"):
             scope = f"{CHINESE_SCOPE}{name}"
             fitted[scope], metrics[scope], _ = fit_scope(
@@ -278,7 +287,7 @@ def save_refinement(
     folder: Path,
     config: SharedRefineConfig,
     fitted: Mapping[str, Fitted],
-    idf: dict[str, float] | None,
+    idf: IdfTable | None,
     models: Mapping[str, ModelIdentity],
 ) -> None:
     """Write the fits (JSON + safetensors, no pickle) in one atomic rename, with the identity
@@ -362,7 +371,7 @@ def load_refinement(
 def refinements(
     config: SharedRefineConfig,
     fitted: Mapping[str, Fitted],
-    idf: dict[str, float] | None,
+    idf: IdfTable | None,
     encoder: SentenceEncoder,
     mask_token: str | None,
     chinese: bool,

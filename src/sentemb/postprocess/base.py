@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
 from sentemb.evaluation.base import SentenceEncoder
+from sentemb.phrases import IdfTable
 
 Scalars = dict[str, float]  # a fit's numbers, saved as JSON
 Tensors = dict[str, np.ndarray]  # a fit's arrays, saved as safetensors
@@ -21,7 +22,7 @@ class Context:
 
     mask_token: str | None  # of the encoder's tokenizer (None without one)
     chinese: bool
-    idf: dict[str, float] | None  # the English IDF table (None for Chinese: jieba's own)
+    idf: IdfTable | None  # the English IDF table (None for Chinese: jieba's own)
 
 
 class Refinement(ABC):
@@ -82,7 +83,3 @@ def register_refinement(name: str, config: type) -> Callable[[type[Refinement]],
         return cls
 
     return register
-
-
-def unique(sentences: Sequence[str]) -> list[str]:
-    return list(dict.fromkeys(sentences))

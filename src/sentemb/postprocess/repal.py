@@ -19,6 +19,7 @@ Ambiguities and how they are read here:
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,15 +27,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sentemb.config import ConfigError, at_least
-from sentemb.evaluation.base import SentenceEncoder
-from sentemb.phrases import KeywordScorer, nltk_stopwords
+from sentemb.evaluation.base import SentenceEncoder, distinct
+from sentemb.phrases import IdfTable, KeywordScorer, nltk_stopwords
 from sentemb.postprocess.base import (
     Context,
     Refinement,
     Scalars,
     Tensors,
     register_refinement,
-    unique,
 )
 from sentemb.tfidf import WORD_PATTERN, quiet_jieba
 
@@ -128,16 +128,17 @@ def search_lambdas(
 ) -> tuple[float, float, list[Scalars]]:
     """§4.6: the λ2 of best dev `score(0, λ2)`, then the λ1 of best `score(λ1, λ2)`.
 
-    A level that is off keeps its λ at 0. Ties go to the value first in the grid. Returns both
-    λs and every (λ1, λ2, score) tried, in order.
+    A level that is off keeps its λ at 0. Ties go to the value first in the grid; a NaN score
+    (a dev set of one gold score) ranks last. Returns both λs and every (λ1, λ2, score) tried, in
+    order.
     """
     tried: list[Scalars] = []
 
     def best(candidates: list[tuple[float, float]]) -> tuple[float, float]:
         scored = [(score(l1, l2), l1, l2) for l1, l2 in candidates]
         tried.extend({"lambda1": l1, "lambda2": l2, "dev": s} for s, l1, l2 in scored)
-        top = max(s for s, _, _ in scored)
-        return next((l1, l2) for s, l1, l2 in scored if s == top)
+        _, l1, l2 = max(scored, key=lambda t: -math.inf if math.isnan(t[0]) else t[0])
+        return l1, l2
 
     lambda2 = best([(0.0, l2) for l2 in lambda2_grid])[1] if "corpus" in levels else 0.0
     lambda1 = best([(l1, lambda2) for l1 in lambda1_grid])[0] if "sentence" in levels else 0.0
@@ -155,7 +156,7 @@ class PartialMask:
         self,
         mask_token: str,
         chinese: bool,
-        idf: dict[str, float] | None,
+        idf: IdfTable | None,
         keywords: int = 20,
         mask: str = "tri",
     ) -> None:
@@ -208,7 +209,7 @@ class RepALEncoder:
         v = self.encoder.encode(sentences, batch_size)
         v_hat = self.mean
         if v_hat is None:
-            v_hat = self.encoder.encode(unique(sentences), batch_size).mean(axis=0)
+            v_hat = self.encoder.encode(list(distinct(sentences)), batch_size).mean(axis=0)
         if self.partial_mask is None:
             return refine(v, None, v_hat, self.lambda1, self.lambda2)
         masked = self.encoder.encode([self.partial_mask(s) for s in sentences], batch_size)

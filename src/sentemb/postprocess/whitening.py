@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from sentemb.config import ConfigError, at_least
-from sentemb.evaluation.base import SentenceEncoder
-from sentemb.postprocess.base import Refinement, Scalars, Tensors, register_refinement, unique
+from sentemb.evaluation.base import SentenceEncoder, distinct
+from sentemb.postprocess.base import Refinement, Scalars, Tensors, register_refinement
 
 RANK_TOLERANCE = 1e-10  # variances below this share of the largest count as zero
 
@@ -41,6 +41,11 @@ class Whitening:
     def fit(cls, vectors: np.ndarray, dim: int | None = None) -> Whitening:
         """μ and W = U Λ^(-1/2) (first `dim` columns) from the rows of `vectors` (eq. 5-8)."""
         x = np.asarray(vectors, dtype=np.float64)
+        if len(x) < 2:
+            raise ConfigError(
+                f"refine.whitening: fitting needs 2 or more vectors, got {len(x)}; fit it on more "
+                "sentences (refine.fit_on)"
+            )
         mu = x.mean(axis=0)
         u, s, _ = np.linalg.svd(np.cov(x - mu, rowvar=False, bias=True))
         rank = int(np.sum(s > RANK_TOLERANCE * s[0])) if s[0] > 0 else 0
@@ -69,7 +74,8 @@ class WhitenedEncoder:
     def encode(self, sentences: Sequence[str], batch_size: int = 128) -> np.ndarray:
         whitening = self.whitening
         if whitening is None:
-            whitening = Whitening.fit(self.encoder.encode(unique(sentences), batch_size), self.dim)
+            fit = self.encoder.encode(list(distinct(sentences)), batch_size)
+            whitening = Whitening.fit(fit, self.dim)
         return whitening.transform(self.encoder.encode(sentences, batch_size))
 
 
