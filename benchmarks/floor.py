@@ -92,6 +92,22 @@ def floor(params: dict, compute: dict, train: float, forward: float) -> dict:
     }
 
 
+def table(result: dict, compute: dict) -> str:
+    """The table of benchmarks/README.md: the two rates, and the run's floor against the target."""
+    return "\n".join(
+        [
+            "| bare rate on this machine | GFLOP/s |",
+            "|---|---:|",
+            f"| training step (forward, backward, AdamW) | {result['train_gflops_per_s']:.0f} |",
+            f"| inference forward | {result['forward_gflops_per_s']:.0f} |",
+            "",
+            f"{result['runs']} runs x ({compute['training_gflops'] / 1000:.1f} TFLOP training + "
+            f"{compute['evaluation_gflops'] / 1000:.1f} TFLOP evaluation) at these rates: "
+            f"**{result['minutes']:.0f} min**, against {result['target_minutes']}.",
+        ]
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--params", default=str(ROOT / "params.yaml"))
@@ -110,7 +126,7 @@ def main() -> None:
         **floor(params, compute, train, forward),
     }
     args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps(result, indent=1))
+    print(table(result, compute))
 
 
 if __name__ == "__main__":

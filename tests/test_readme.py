@@ -248,6 +248,19 @@ def test_benchmarks_budget_is_the_committed_metrics() -> None:
     assert expected in readme, f"benchmarks/README.md lacks the current budget:\n{expected}"
 
 
+def test_benchmarks_floor_is_its_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    """benchmarks/README.md's compute floor is `benchmarks/floor.py`'s table on its JSON."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # it imports train_step beside it
+    script = runpy.run_path(str(ROOT / "benchmarks" / "floor.py"))
+    result, compute = (
+        json.loads((ROOT / "benchmarks" / name).read_text(encoding="utf-8"))
+        for name in ("floor.json", "eval_compute.json")
+    )
+    expected = script["table"](result, compute)
+    readme = (ROOT / "benchmarks" / "README.md").read_text(encoding="utf-8")
+    assert expected in readme, f"benchmarks/README.md lacks the compute floor:\n{expected}"
+
+
 def test_benchmarks_eval_compute_is_its_json(monkeypatch: pytest.MonkeyPatch) -> None:
     """benchmarks/README.md's compute table is `benchmarks/eval_compute.py`'s on its JSON."""
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # it imports train_step beside it
