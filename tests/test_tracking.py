@@ -656,55 +656,43 @@ def test_model_logged_with_the_flavour_loads_with_the_same_vectors(
     np.testing.assert_array_equal(loaded.encode(SENTENCES), expected)
 
 
+UNSUPPORTED = "mlflow 3.17.2 supports sentence-transformers 3.2.0 to 6.1.0, and 6.2.0 is installed"
+FALLBACKS = {  # what the warning says, by case
+    "flavour unsupported": UNSUPPORTED,
+    "first_last_avg": "no sentence-transformers equivalent",
+    "no pooling config": "cannot load it",
+}
+
+
+@pytest.mark.parametrize("case", list(FALLBACKS))
 def test_model_falls_back_to_an_artifact_with_a_warning(
+    case: str,
     sqlite_uri: str,
     tiny_model_dir: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """The folder as an artifact where the flavour does not hold: MLflow's bounds exclude the
+    installed sentence-transformers; a pooler it lacks (no modules.json: SentenceTransformer(folder)
+    made it mean pooling, and the flavour logged other vectors); a folder it cannot load (which
+    disabled tracking and left the run RUNNING). The run goes on and ends FINISHED."""
     from mlflow.tracking import MlflowClient
 
-    folder = tiny_st_folder(tiny_model_dir, tmp_path / "model")
-    reason = "mlflow 3.17.2 supports sentence-transformers 3.2.0 to 6.1.0, and 6.2.0 is installed"
-    monkeypatch.setattr(tracking, "flavour_unsupported", lambda: reason)
-    with caplog.at_level(logging.WARNING), mlflow_run("train", {}) as run:
-        run.log_model(folder)
-    assert run.unlogged == [] and run.model_uri is None
-    assert any(
-        reason in r.getMessage() and "artifact model/model" in r.getMessage()
-        for r in tracking_records(caplog)
-    )
-    client = MlflowClient(tracking_uri=sqlite_uri)
-    logged = {a.path for a in client.list_artifacts(run.run_id, "model/model")}
-    assert {"model/model/modules.json", "model/model/model.safetensors"} <= logged
-
-
-@pytest.mark.parametrize("damage", ["first_last_avg", "no pooling config"])
-def test_model_sentence_transformers_would_misread_is_an_artifact(
-    damage: str,
-    sqlite_uri: str,
-    tiny_model_dir: Path,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    """A pooler sentence-transformers lacks has no modules.json, and SentenceTransformer(folder)
-    made it mean pooling: the flavour logged other vectors. A folder it cannot load disabled
-    tracking and left the run RUNNING. Both are now the artifact, and the run goes on."""
-    from mlflow.tracking import MlflowClient
-
-    pooler = damage if damage == "first_last_avg" else "cls_before_pooler"
+    pooler = case if case == "first_last_avg" else "cls_before_pooler"
     folder = tiny_st_folder(tiny_model_dir, tmp_path / "model", pooler)
-    if damage == "no pooling config":
+    if case == "no pooling config":
         (folder / "1_Pooling" / "config.json").unlink()
-    monkeypatch.setattr(tracking, "flavour_unsupported", lambda: None)
+    unsupported = UNSUPPORTED if case == "flavour unsupported" else None
+    monkeypatch.setattr(tracking, "flavour_unsupported", lambda: unsupported)
     with caplog.at_level(logging.WARNING), mlflow_run("train", {}) as run:
         run.log_model(folder)
         run.log_metrics({"after": 1.0})
     assert run.unlogged == [] and run.model_uri is None and run.error is None
-    why = "no sentence-transformers equivalent" if pooler == damage else "cannot load it"
-    assert any(why in r.getMessage() for r in tracking_records(caplog))
+    assert any(
+        FALLBACKS[case] in r.getMessage() and "artifact model/model" in r.getMessage()
+        for r in tracking_records(caplog)
+    )
     client = MlflowClient(tracking_uri=sqlite_uri)
     logged = client.get_run(run.run_id)
     assert logged.info.status == "FINISHED" and logged.data.metrics["after"] == 1.0
