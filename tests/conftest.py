@@ -11,6 +11,7 @@ import logging
 import os
 import runpy
 import shutil
+import signal
 import subprocess
 import sys
 import traceback
@@ -140,6 +141,18 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         resolve_model("sentence-transformers/all-MiniLM-L6-v2")
     ).save_pretrained(folder)
     return folder
+
+
+@pytest.fixture
+def terminal_sigint() -> Iterator[None]:
+    """SIGINT handled as in a terminal's job, for tests that send Ctrl-C to a child: a test run
+    started in the background (`cmd &`, nohup) has SIGINT ignored, and its children inherit
+    that and never see the signal."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture

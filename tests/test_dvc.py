@@ -249,6 +249,7 @@ def git_changes(folder: Path, env: dict[str, str]) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("terminal_sigint")
 def test_interrupted_or_failed_stage_keeps_committed_outputs(tmp_path: Path) -> None:
     """Ctrl-C (SIGINT to dvc and the stage, as a terminal sends it) during `train`, and every
     stage of dvc.yaml failing in turn, leave every output as it was: DVC removes a stage's

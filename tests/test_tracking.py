@@ -301,6 +301,7 @@ with mlflow_run("train", {"lr": 0.1}) as run:
 """
 
 
+@pytest.mark.usefixtures("terminal_sigint")
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_signalled_stage_process_marks_run_killed(
     sqlite_uri: str, tmp_path: Path, signum: int
