@@ -192,7 +192,10 @@ class PartialMask:
 
 
 class RepALEncoder:
-    """Eq. 3 around `encoder`; `mean=None` fits v̂ on the sentences of each call (eq. 2)."""
+    """Eq. 3 around `encoder`; `mean=None` fits v̂ on the sentences of each call (eq. 2).
+
+    With the tri-mask and λ1 = 0, eq. 3's λ1 v* is 0, so x* is not encoded at all.
+    """
 
     def __init__(
         self,
@@ -210,7 +213,7 @@ class RepALEncoder:
         v_hat = self.mean
         if v_hat is None:
             v_hat = self.encoder.encode(list(distinct(sentences)), batch_size).mean(axis=0)
-        if self.partial_mask is None:
+        if self.partial_mask is None or (self.partial_mask.mask == "tri" and not self.lambda1):
             return refine(v, None, v_hat, self.lambda1, self.lambda2)
         masked = self.encoder.encode([self.partial_mask(s) for s in sentences], batch_size)
         if self.partial_mask.mask == "key":  # eq. 8: the key-masked sentence is the vector
