@@ -17,6 +17,7 @@ import torch
 import yaml
 from conftest import REPO
 from safetensors.numpy import load_file, save_file
+from test_encode_cache import CountingEncoder
 
 from sentemb import postprocess
 from sentemb.config import ConfigError, section
@@ -91,18 +92,6 @@ def test_refinement_is_eq_3_on_a_toy_encoder() -> None:
     np.testing.assert_allclose(fitted_here[0], [1 - 2, 2 - 0.5], rtol=1e-6)
 
 
-class CountingEncoder(TableEncoder):
-    """A `TableEncoder` that records every sentence it encodes."""
-
-    def __init__(self, table: dict[str, np.ndarray]) -> None:
-        super().__init__(table)
-        self.seen: list[str] = []
-
-    def encode(self, sentences: Sequence[str], batch_size: int = 128) -> np.ndarray:
-        self.seen += sentences
-        return super().encode(sentences, batch_size)
-
-
 @pytest.mark.parametrize("lambda1", [0.0, 0.5])
 def test_tri_mask_encodes_x_star_only_where_lambda1_weighs_it(lambda1: float) -> None:
     table = {"a": np.array([1.0, 2.0]), "a*": np.array([0.5, 4.0])}
@@ -112,7 +101,7 @@ def test_tri_mask_encodes_x_star_only_where_lambda1_weighs_it(lambda1: float) ->
     # v' = f(a) - λ1 f(a*) - 2 v̂: at λ1 = 0, a* is never encoded and v' is f(a) - 2 v̂
     expected = [[1 - lambda1 * 0.5 - 0.4, 2 - lambda1 * 4.0 - 0.8]]
     np.testing.assert_allclose(refined, expected, rtol=1e-6)
-    assert encoder.seen == (["a"] if lambda1 == 0 else ["a", "a*"])
+    assert encoder.calls == ([["a"]] if lambda1 == 0 else [["a"], ["a*"]])
 
 
 def toy_dev(seed: int = 0, n: int = 40) -> tuple[TableEncoder, PairSet, list[str]]:
