@@ -13,12 +13,10 @@ error, and nothing is written.
 
 from __future__ import annotations
 
-import argparse
 import logging
-from pathlib import Path
 
 from sentemb.analysis import AnalysisConfig, analyze
-from sentemb.cli import run_stage
+from sentemb.cli import Parser, run_stage
 from sentemb.config import load_params, section
 from sentemb.encoder import check_pooler
 from sentemb.io import check_output
@@ -29,13 +27,17 @@ from sentemb.training.config import TrainConfig
 log = logging.getLogger("analyze")
 
 
+def parser() -> Parser:
+    parser = Parser(__doc__)
+    parser.model("--model", help="a trained model folder (default: before training)")
+    parser.output("--out", required=True)
+    parser.input("--data", default="data/raw", folder=True)
+    parser.input("--params", default="params.yaml", folder=False)
+    return parser
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--model", help="a trained model folder (default: before training)")
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--data", default="data/raw", type=Path)
-    parser.add_argument("--params", default="params.yaml")
-    args = parser.parse_args()
+    args = parser().parse_args()
     check_output(args.out)  # refused now, not after the encoding
     params = load_params(args.params)
     config = section(params, "analysis", AnalysisConfig)

@@ -10,11 +10,9 @@ similarity). The work is `sentemb.report.compare`.
 
 from __future__ import annotations
 
-import argparse
 import logging
-from pathlib import Path
 
-from sentemb.cli import run_stage
+from sentemb.cli import Parser, run_stage
 from sentemb.config import load_params, run_plan
 from sentemb.io import atomic_path, check_folder, check_output
 from sentemb.report.compare import Folders, compare, load
@@ -23,19 +21,20 @@ from sentemb.tracking import mlflow_run
 log = logging.getLogger("compare")
 
 
-def main() -> None:
+def parser() -> Parser:
     defaults = Folders()
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--params", default="params.yaml")
-    parser.add_argument("--runs", default=defaults.runs, type=Path)
-    parser.add_argument("--predictions", default=defaults.predictions, type=Path)
-    parser.add_argument("--curves", default=defaults.curves, type=Path)
-    parser.add_argument("--reference", default=defaults.reference, type=Path)
-    parser.add_argument("--tfidf", default=defaults.tfidf, type=Path)
-    parser.add_argument("--metrics", default="metrics/compare.json", type=Path)
-    parser.add_argument("--report", default="reports/summary.md", type=Path)
-    parser.add_argument("--plots", default="plots/compare", type=Path)
-    args = parser.parse_args()
+    parser = Parser(__doc__)
+    parser.input("--params", default="params.yaml", folder=False)
+    for name in ("runs", "predictions", "curves", "reference", "tfidf"):
+        parser.input(f"--{name}", default=str(getattr(defaults, name)), folder=True)
+    parser.output("--metrics", default="metrics/compare.json")
+    parser.output("--report", default="reports/summary.md")
+    parser.outputs("--plots", default="plots/compare")
+    return parser
+
+
+def main() -> None:
+    args = parser().parse_args()
     for output in (args.metrics, args.report):  # refused now, not after the bootstrap
         check_output(output)
     check_folder(args.plots)

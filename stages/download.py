@@ -11,11 +11,10 @@ time (`seconds`) and counts go to MLflow and, with `--metrics`, to a metrics fil
 
 from __future__ import annotations
 
-import argparse
 import logging
 from pathlib import Path
 
-from sentemb.cli import run_stage
+from sentemb.cli import Parser, run_stage
 from sentemb.config import ConfigError, load_params, section
 from sentemb.data.download import MANIFEST, DataConfig, download
 from sentemb.io import check_output, read_json, write_json
@@ -24,13 +23,17 @@ from sentemb.tracking import SECONDS, mlflow_run
 log = logging.getLogger("download")
 
 
+def parser() -> Parser:
+    parser = Parser(__doc__)
+    parser.input("--params", default="params.yaml", folder=False)
+    parser.output("--out", default="data/raw")
+    parser.output("--recorded", default="data/checksums.recorded.json")
+    parser.output("--metrics", help="counts and the stage's seconds (JSON)")
+    return parser
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--params", default="params.yaml")
-    parser.add_argument("--out", default="data/raw", type=Path)
-    parser.add_argument("--recorded", default="data/checksums.recorded.json", type=Path)
-    parser.add_argument("--metrics", type=Path, help="counts and the stage's seconds (JSON)")
-    args = parser.parse_args()
+    args = parser().parse_args()
     for output in (args.recorded, args.metrics):  # refused now, not after the download
         if output is not None:
             check_output(output)

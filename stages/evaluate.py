@@ -20,12 +20,11 @@ error, and nothing is written.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
 
-from sentemb.cli import run_stage
+from sentemb.cli import Parser, run_stage
 from sentemb.config import ConfigError, load_params
 from sentemb.evaluation.encoders import model_names
 from sentemb.evaluation.evaluate import evaluate_model
@@ -34,16 +33,20 @@ from sentemb.io import atomic_path, check_output
 from sentemb.tracking import mlflow_run
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+def parser() -> Parser:
+    parser = Parser(__doc__)
     parser.add_argument("--suites", nargs="+", choices=list(SUITES), default=list(SUITES))
-    parser.add_argument("--model", help="HF name, local folder or 'tfidf' (default: params)")
-    parser.add_argument("--out-dir", required=True, type=Path, help="for <suite>.json")
-    parser.add_argument("--data", default="data/raw", type=Path)
-    parser.add_argument("--params", default="params.yaml")
-    parser.add_argument("--refined", type=Path, help="a refine stage output folder")
-    parser.add_argument("--predictions-dir", type=Path, help="for <suite>.npz of the pair suites")
-    args = parser.parse_args()
+    parser.model("--model", help="HF name, local folder or 'tfidf' (default: params)")
+    parser.outputs("--out-dir", required=True, help="for <suite>.json")
+    parser.input("--data", default="data/raw", folder=True)
+    parser.input("--params", default="params.yaml", folder=False)
+    parser.input("--refined", folder=True, help="a refine stage output folder")
+    parser.outputs("--predictions-dir", help="for <suite>.npz of the pair suites")
+    return parser
+
+
+def main() -> None:
+    args = parser().parse_args()
     suites = list(dict.fromkeys(args.suites))
     pair_suites = keeping_pairs(suites)
     if args.predictions_dir is not None and not pair_suites:

@@ -8,11 +8,9 @@ and `benchmarks/`).
 
 from __future__ import annotations
 
-import argparse
 import logging
-from pathlib import Path
 
-from sentemb.cli import run_stage
+from sentemb.cli import Parser, run_stage
 from sentemb.config import load_params, section
 from sentemb.data.readers import training_corpus
 from sentemb.io import check_output
@@ -23,13 +21,17 @@ from sentemb.training.config import TrainConfig
 log = logging.getLogger("phrases")
 
 
+def parser() -> Parser:
+    parser = Parser(__doc__)
+    parser.input("--params", default="params.yaml", folder=False)
+    parser.input("--data", default="data/raw", folder=True)
+    parser.output("--out", default="data/phrases")
+    parser.output("--metrics", default="metrics/phrases.json")
+    return parser
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--params", default="params.yaml")
-    parser.add_argument("--data", default="data/raw", type=Path)
-    parser.add_argument("--out", default="data/phrases", type=Path)
-    parser.add_argument("--metrics", default="metrics/phrases.json", type=Path)
-    args = parser.parse_args()
+    args = parser().parse_args()
     check_output(args.out, folder=True)  # refused now rather than after the extraction
     check_output(args.metrics)
     params = load_params(args.params)

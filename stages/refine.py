@@ -17,11 +17,9 @@ fitted value are each one error, and nothing is written.
 
 from __future__ import annotations
 
-import argparse
 import logging
-from pathlib import Path
 
-from sentemb.cli import run_stage
+from sentemb.cli import Parser, run_stage
 from sentemb.config import load_params, section
 from sentemb.evaluation.encoders import model_names
 from sentemb.io import check_output, write_json
@@ -34,16 +32,20 @@ log = logging.getLogger("refine")
 PLOTS = ("refine_bound.json", "refine_bound.png")  # written into --plots
 
 
+def parser() -> Parser:
+    parser = Parser(__doc__)
+    parser.model("--model", help="HF name or local folder (default: params)")
+    parser.output("--out", required=True)
+    parser.output("--metrics", required=True)
+    parser.outputs("--plots", required=True, help="folder for refine_bound.*")
+    parser.input("--data", default="data/raw", folder=True)
+    parser.input("--phrases", default="data/phrases", folder=True, always=False)  # RepAL's IDF
+    parser.input("--params", default="params.yaml", folder=False)
+    return parser
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--model", help="HF name or local folder (default: params)")
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--metrics", required=True, type=Path)
-    parser.add_argument("--plots", required=True, type=Path, help="folder for refine_bound.*")
-    parser.add_argument("--data", default="data/raw", type=Path)
-    parser.add_argument("--phrases", default="data/phrases", type=Path)
-    parser.add_argument("--params", default="params.yaml")
-    args = parser.parse_args()
+    args = parser().parse_args()
     plots = {name: args.plots / name for name in PLOTS}
     check_output(args.out, folder=True)  # refused now, not after the fitting
     for output in (args.metrics, *plots.values()):

@@ -15,11 +15,9 @@ differs.
 
 from __future__ import annotations
 
-import argparse
 import logging
-from pathlib import Path
 
-from sentemb.cli import run_stage
+from sentemb.cli import Parser, run_stage
 from sentemb.config import load_params
 from sentemb.io import check_folder, check_output, write_json
 from sentemb.report.plots import save, training_curves
@@ -30,17 +28,21 @@ log = logging.getLogger("train")
 PLOTS = ("dev_curve.json", "loss_curve.json", "train_curves.png")  # written into --plots
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+def parser() -> Parser:
+    parser = Parser(__doc__)
     parser.add_argument("--method", required=True, help="a name such as simcse or iscse+dclr")
     parser.add_argument("--seed", required=True, type=int)
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--metrics", required=True, type=Path)
-    parser.add_argument("--plots", required=True, type=Path)
-    parser.add_argument("--checkpoints", required=True, type=Path)
-    parser.add_argument("--params", default="params.yaml")
-    parser.add_argument("--data", default="data/raw", type=Path)
-    args = parser.parse_args()
+    parser.output("--out", required=True)
+    parser.output("--metrics", required=True)
+    parser.outputs("--plots", required=True)
+    parser.outputs("--checkpoints", required=True)
+    parser.input("--params", default="params.yaml", folder=False)
+    parser.input("--data", default="data/raw", folder=True)
+    return parser
+
+
+def main() -> None:
+    args = parser().parse_args()
     plots = {name: args.plots / name for name in PLOTS}
     check_output(args.out, folder=True)  # refused now, not after the training
     for output in (args.metrics, *plots.values()):

@@ -6,6 +6,7 @@ imports."""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import logging
 import os
@@ -22,6 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from sentemb.cli import Parser
 from sentemb.encoder import Encoder, resolve_model
 
 REPO = Path(__file__).resolve().parents[1]
@@ -112,6 +114,35 @@ def run_stage(
         if hub is not None:
             hub.HF_HUB_OFFLINE = hub_offline
     return subprocess.CompletedProcess(command, status, stdout.getvalue(), stderr.getvalue())
+
+
+def command_parser(argv: list[str]) -> Parser | None:
+    """The `parser()` of a command: `["stages/x.py", ...]` (a script) or `["-m", "sentemb.x"]`."""
+    if argv[0] == "-m":
+        build = getattr(importlib.import_module(argv[1]), "parser", None)
+    else:
+        build = runpy.run_path(str(REPO / argv[0]), run_name="parser").get("parser")
+    parser = build() if build is not None else None
+    return parser if isinstance(parser, Parser) else None
+
+
+def make_inputs(argv: list[str], args: list[str], folder: Path) -> Path:
+    """`folder` holding a copy of params.yaml and every input the command reads, given in
+    `args` or by default (empty folders; files are params copies): its options can then parse
+    there, whatever this checkout holds."""
+    parser = command_parser(argv)
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(REPO / "params.yaml", folder / "params.yaml")
+    for action in parser._actions if parser is not None else []:
+        kind = parser.kinds.get(action.dest)
+        given = [args[i + 1] for i, a in enumerate(args[:-1]) if a in action.option_strings]
+        for value in [*given, *([action.default] if isinstance(action.default, str) else [])]:
+            if kind in ("folder", "path"):
+                (folder / value).mkdir(parents=True, exist_ok=True)
+            elif kind == "file" and not (folder / value).exists():
+                (folder / value).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(REPO / "params.yaml", folder / value)
+    return folder
 
 
 @pytest.fixture(scope="session")

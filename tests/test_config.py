@@ -2,23 +2,34 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
+import typing
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import run_stage
+from conftest import make_inputs, run_stage
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sentemb.config import (
     EVAL_SUITES,
     METHOD_SECTIONS,
     SECTIONS,
     ConfigError,
-    at_least,
+    Count,
+    NonNegative,
+    Positive,
+    Probability,
+    Range,
     load_params,
+    ranges,
+    read_yaml,
     run_plan,
     section,
 )
@@ -150,7 +161,7 @@ def test_known_sections_are_those_of_params_yaml_and_the_method_registry() -> No
     from sentemb.evaluation import suites
     from sentemb.methods import METHODS
 
-    params = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+    params = read_yaml(REPO / "params.yaml")
     assert sorted(params) == sorted(SECTIONS)
     assert set(METHODS) == set(METHOD_SECTIONS)  # one section per method file, none else
     assert list(params["eval"]) == list(EVAL_SUITES) == list(suites.SUITES)
@@ -170,60 +181,137 @@ def test_config_modules_stay_light() -> None:
 
 @dataclass
 class Limits:
-    steps: int = 3
-    limit: int | None = None
-
-
-@dataclass
-class Scales:
-    rate: float = 0.5
-    cap: float | None = None
+    steps: Count = 3
+    limit: Count | None = None
+    rate: Positive = 0.5
+    share: Probability = 0.1
+    grid: list[NonNegative] = field(default_factory=lambda: [1.0])
 
 
 @pytest.mark.parametrize(
-    ("values", "minimum", "problems"),
+    ("values", "message"),
     [
-        ({}, 1, []),
-        (
-            {"steps": 0, "limit": 0},
-            1,
-            ["steps: must be >= 1, got 0", "limit: must be >= 1 or null, got 0"],
-        ),
-        ({"steps": 1, "limit": None}, 2, ["steps: must be >= 2, got 1"]),  # null: no limit
-        (
-            {"steps": -1, "limit": -1},
-            0,
-            ["steps: must be >= 0, got -1", "limit: must be >= 0 or null, got -1"],
-        ),
+        ({"steps": 0}, "limits.steps: must be >= 1, got 0"),
+        ({"limit": 0}, "limits.limit: must be >= 1 or null, got 0"),  # null: no limit
+        ({"rate": 0}, "limits.rate: must be > 0, got 0.0"),
+        ({"share": 1.5}, "limits.share: must be in [0, 1], got 1.5"),
+        ({"grid": [1.0, -1e-9]}, "limits.grid[1]: must be >= 0, got -1e-09"),
+        ({"rate": float("nan")}, "limits.rate: expected a finite number, got nan"),
     ],
 )
-def test_at_least_names_each_field_below_its_minimum(
-    values: dict, minimum: int, problems: list
+def test_a_value_outside_the_declared_range_names_the_param_and_the_range(
+    values: dict, message: str
 ) -> None:
-    assert at_least(Limits(**values), minimum, "steps", "limit") == problems
+    with pytest.raises(ConfigError) as err:
+        section({"limits": values}, "limits", Limits)
+    assert str(err.value) == message
+    assert section({"limits": {"limit": None, "share": 1}}, "limits", Limits).share == 1.0
+
+
+def params_sections() -> dict[str, type]:
+    """Every params section (dotted) and the dataclass each is read into, from the registries;
+    `test_every_params_section_is_walked` checks it covers params.yaml."""
+    from sentemb.analysis import AnalysisConfig
+    from sentemb.evaluation.suites import SUITES
+    from sentemb.methods import METHODS
+    from sentemb.methods.base import SimCSEConfig
+    from sentemb.phrases import PhrasesConfig
+    from sentemb.postprocess import RefineConfig
+    from sentemb.report.stats import CompareConfig
+    from sentemb.tfidf import TfidfConfig
+    from sentemb.training.config import TrainConfig
+
+    return {
+        "data": DataConfig,
+        "model": ModelConfig,
+        "train": TrainConfig,
+        "phrases": PhrasesConfig,
+        "simcse": SimCSEConfig,
+        **{name: config for name, (_, config) in METHODS.items() if name != "simcse"},
+        "refine": RefineConfig,
+        "tfidf": TfidfConfig,
+        **{suite.section: suite.config for suite in SUITES.values()},
+        "analysis": AnalysisConfig,
+        "compare": CompareConfig,
+    }
+
+
+def numeric_params() -> list[tuple[str, type, str, object]]:
+    """(dotted section, its dataclass, field, annotation) of every int or float param, nested
+    sections (`refine.repal`) walked; lists and `| None` of numbers included."""
+    found = []
+
+    def walk(dotted: str, cls: type) -> None:
+        for name, hint in typing.get_type_hints(cls, include_extras=True).items():
+            inner = [hint, *typing.get_args(hint)]
+            inner += [a for h in inner for a in typing.get_args(h)]
+            if dataclasses.is_dataclass(hint):
+                walk(f"{dotted}.{name}", hint)
+            elif any(a in (int, float) for a in inner):
+                found.append((dotted, cls, name, hint))
+
+    for dotted, cls in params_sections().items():
+        walk(dotted, cls)
+    return found
+
+
+def test_every_params_section_is_walked() -> None:
+    params = read_yaml(REPO / "params.yaml")
+    leaves = {k for k, v in params.items() if isinstance(v, dict) and k != "eval"}
+    leaves |= {f"eval.{k}" for k in params["eval"]}
+    assert leaves == set(params_sections())
+
+
+def test_every_numeric_param_states_its_range() -> None:
+    """The class of "a number outside where it means something": every int and float param of
+    every section declares a `Range` in its type, which `section` checks."""
+    missing = [f"{d}.{n}" for d, _, n, hint in numeric_params() if not ranges_of(hint)]
+    assert not missing, f"numeric params without a Range: {missing}"
+
+
+def ranges_of(hint: object) -> list[Range]:
+    found = ranges(hint)
+    for arg in typing.get_args(hint):  # list[Annotated[...]]
+        found += ranges_of(arg) if typing.get_origin(arg) is not typing.Annotated else ranges(arg)
+    return found
+
+
+def outside(bound: Range, integer: bool) -> st.SearchStrategy:
+    """Numbers outside `bound` (its open ends included), NaN and the infinities."""
+    edges = []
+    if bound.low is not None:
+        edges.append(st.just(bound.low) if bound.open_low else st.just(bound.low - 1))
+        edges.append(st.floats(max_value=bound.low, exclude_max=not bound.open_low))
+    if bound.high is not None:
+        edges.append(st.just(bound.high) if bound.open_high else st.just(bound.high + 1))
+        edges.append(st.floats(min_value=bound.high, exclude_min=not bound.open_high))
+    values = st.one_of(edges)
+    if integer:
+        return values.filter(lambda v: math.isfinite(v) and v == int(v)).map(int)
+    return st.one_of(values, st.sampled_from([math.nan, math.inf, -math.inf]))
+
+
+NUMERIC = numeric_params()
 
 
 @pytest.mark.parametrize(
-    ("values", "strict", "problems"),
-    [
-        ({}, True, []),
-        ({"rate": 0.0, "cap": 0.0}, False, []),  # the bound itself passes >= ...
-        (
-            {"rate": 0.0, "cap": 0.0},
-            True,  # ... and fails >
-            ["rate: must be > 0, got 0.0", "cap: must be > 0 or null, got 0.0"],
-        ),
-        (
-            {"rate": float("nan"), "cap": float("nan")},  # NaN compares false: fails both
-            False,
-            ["rate: must be >= 0, got nan", "cap: must be >= 0 or null, got nan"],
-        ),
-        ({"rate": float("nan")}, True, ["rate: must be > 0, got nan"]),
-        ({"rate": -1e-9, "cap": float("inf")}, False, ["rate: must be >= 0, got -1e-09"]),
-    ],
+    ("dotted", "cls", "name", "hint"), NUMERIC, ids=[f"{d}.{n}" for d, _, n, _ in NUMERIC]
 )
-def test_at_least_on_floats_strict_and_nan(values: dict, strict: bool, problems: list) -> None:
-    assert at_least(Scales(**values), 0, "rate", "cap", strict=strict) == problems
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_every_numeric_param_outside_its_range_is_one_error_naming_it(
+    dotted: str, cls: type, name: str, hint: object, data: st.DataObject
+) -> None:
+    """Hypothesis draws values outside each param's range (at and beyond its ends, NaN, ±inf):
+    `section` refuses each with the dotted param named, never a traceback or a silent run."""
+    bound = ranges_of(hint)[0]
+    integer = int in {a for h in [hint, *typing.get_args(hint)] for a in [h, *typing.get_args(h)]}
+    value = data.draw(outside(bound, integer))
+    listed = "list" in str(hint)
+    values = nested(dotted, {name: [value] if listed else value})
+    with pytest.raises(ConfigError) as err:
+        section(values, dotted, cls)
+    assert str(err.value).startswith(f"{dotted}.{name}"), str(err.value)
 
 
 @pytest.mark.parametrize(
@@ -237,7 +325,7 @@ def test_at_least_on_floats_strict_and_nan(values: dict, strict: bool, problems:
     ],
 )
 def test_unknown_top_level_key_is_refused(tmp_path: Path, extra: dict, message: str) -> None:
-    params = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8")) | extra
+    params = read_yaml(REPO / "params.yaml") | extra
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(params))
     prefix = re.escape(f"{path}: unknown top-level key(s) ")
@@ -247,7 +335,7 @@ def test_unknown_top_level_key_is_refused(tmp_path: Path, extra: dict, message: 
 
 
 def test_unknown_eval_section_is_refused(tmp_path: Path) -> None:
-    params = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+    params = read_yaml(REPO / "params.yaml")
     params["eval"]["stss"] = params["eval"].pop("sts")
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(params))
@@ -262,7 +350,7 @@ STAGE_ARGS = {
     "analyze.py": ["--out", "analysis.json"],
     "compare.py": [],
     "download.py": [],
-    "evaluate.py": ["--suites", "sts", "--out-dir", "."],
+    "evaluate.py": ["--suites", "sts", "--out-dir", "out"],
     "phrases.py": [],
     "refine.py": ["--out", "refined", "--metrics", "refine.json", "--plots", "plots"],
     "train.py": [
@@ -282,16 +370,18 @@ def test_every_stage_reads_params_with_load_params() -> None:
 @pytest.mark.parametrize("stage", sorted(STAGE_ARGS))
 def test_stage_refuses_a_misspelled_section(stage: str, tmp_path: Path) -> None:
     """`simsce:` instead of `simcse:`: one error line, exit 1, nothing written."""
-    params = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+    make_inputs([f"stages/{stage}"], STAGE_ARGS[stage], tmp_path)
+    params = read_yaml(REPO / "params.yaml")
     params["simsce"] = params.pop("simcse")
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    before = sorted(tmp_path.rglob("*"))
     done = run_stage(stage, STAGE_ARGS[stage], tmp_path)
     assert done.returncode == 1, done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     error = done.stderr.strip().splitlines()[-1]
     assert error.startswith("error: params.yaml: unknown top-level key(s) ['simsce'] ")
     assert "(did you mean 'simcse'?); known keys are ['methods', " in error
-    assert [p.name for p in tmp_path.iterdir()] == ["params.yaml"]
+    assert sorted(tmp_path.rglob("*")) == before
 
 
 @pytest.mark.parametrize("value", [0, -5, 1.5, "all"])
@@ -308,3 +398,109 @@ def test_pair_samples_are_positive_integers_or_null(dotted: str, key: str, value
     with pytest.raises(ConfigError, match=rf"{re.escape(dotted)}\.{key}: "):
         section(nested(dotted, {key: value}), dotted, config or RefineConfig)
     assert getattr(section({}, dotted, config or RefineConfig), key) is None  # default: every pair
+
+
+def yaml_mapping(draw: st.DrawFn, depth: int = 0) -> list[str]:
+    """The lines of a random nested YAML mapping (block style, distinct keys per mapping)."""
+    keys = draw(st.lists(st.from_regex(r"[a-z_]{1,8}", fullmatch=True), min_size=1, unique=True))
+    lines = []
+    for key in keys:
+        if depth < 2 and draw(st.booleans()):
+            lines += [f"{key}:", *(f"  {line}" for line in yaml_mapping(draw, depth + 1))]
+        else:
+            lines.append(f"{key}: {draw(st.integers(-5, 5))}")
+    return lines
+
+
+@st.composite
+def with_duplicate(draw: st.DrawFn) -> tuple[list[str], int, int]:
+    """A mapping's lines with one key written again further down in the same mapping, and the
+    lines (from 1) of both occurrences."""
+    lines = yaml_mapping(draw)
+    keyed = [i for i, line in enumerate(lines) if not line.endswith(":")]
+    first = draw(st.sampled_from(keyed))
+    indent = len(lines[first]) - len(lines[first].lstrip())
+    key = lines[first].strip().split(":")[0]
+    later = [
+        i
+        for i in range(first + 1, len(lines) + 1)
+        if i == len(lines) or len(lines[i]) - len(lines[i].lstrip()) <= indent
+    ]
+    again = draw(st.sampled_from(later))
+    # the same mapping continues only while nothing less indented came in between
+    if any(len(line) - len(line.lstrip()) < indent for line in lines[first + 1 : again]):
+        again = first + 1
+    lines.insert(again, " " * indent + f"{key}: 9")
+    return lines, first + 1, again + 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=with_duplicate())
+def test_a_key_written_twice_is_one_error_naming_both_lines(
+    case: tuple[list[str], int, int], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """PyYAML kept the last of two equal keys silently, where DVC refuses the file: the stages
+    and DVC read different params. At any depth, the error names both lines."""
+    lines, first, again = case
+    path = tmp_path_factory.mktemp("dup") / "params.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ConfigError) as err:
+        read_yaml(path)
+    key = lines[first - 1].strip().split(":")[0]
+    assert str(err.value).startswith(
+        f"{path}:{again}: the key {key!r} is written twice in one mapping (first at line {first})"
+    ), (str(err.value), lines)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    before=st.integers(0, 30),
+    byte=st.integers(0x80, 0xFF),
+    comment=st.booleans(),
+)
+def test_a_byte_that_is_not_utf8_is_one_error_naming_its_line(
+    before: int, byte: int, comment: bool, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A latin-1 byte anywhere, a comment included, was a UnicodeDecodeError traceback."""
+    text = (REPO / "params.yaml").read_bytes().splitlines(keepends=True)
+    line = before % len(text)
+    spot = text[line].rstrip(b"\n") + (b"  # " if comment else b"") + bytes([byte]) + b"\n"
+    path = tmp_path_factory.mktemp("bytes") / "params.yaml"
+    path.write_bytes(b"".join([*text[:line], spot, *text[line + 1 :]]))
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}:{line + 1}: not UTF-8"):
+        load_params(path)
+
+
+SCALARS = st.sampled_from(
+    [
+        "yes", "no", "on", "off", "y", "n", "true", "True", "FALSE", "~", "null", "Null", "",
+        "1e-3", "3.0e-5", "1E3", ".5", "5.", "+1", "-0", "0o17", "017", "0x1f", "1_000", "1:30",
+        ".inf", "-.Inf", ".nan", "2026-11-25", "'1'", '"x"', "[1, 2]", "{a: 1}", "1e400",
+    ]
+)  # fmt: skip
+
+
+@settings(max_examples=80, deadline=None)
+@given(values=st.lists(SCALARS, min_size=1, max_size=4))
+def test_params_are_read_as_dvc_reads_them(values: list[str], tmp_path_factory) -> None:
+    """The stages read params.yaml with DVC's loader: every spelling of a scalar (YAML 1.1
+    booleans, exponents without a dot, octals, sexagesimals, ...) gives the value `dvc params
+    diff` and `dvc exp run -S` see."""
+    from dvc.utils.serialize import parse_yaml
+
+    text = "section:\n" + "".join(f"  k{i}: {v}\n" for i, v in enumerate(values))
+    path = tmp_path_factory.mktemp("scalars") / "params.yaml"
+    path.write_text(text)
+    ours, theirs = read_yaml(path), parse_yaml(text, str(path))
+    assert repr(ours) == repr(theirs)  # repr: NaN == NaN
+
+
+def test_a_utf8_bom_is_read_and_a_folder_or_empty_file_is_one_error(tmp_path: Path) -> None:
+    path = tmp_path / "params.yaml"
+    path.write_bytes(b"\xef\xbb\xbf" + (REPO / "params.yaml").read_bytes())
+    assert load_params(path) == load_params(REPO / "params.yaml")
+    path.write_text("")
+    with pytest.raises(ConfigError, match="expected a mapping of sections"):
+        load_params(path)
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(tmp_path))}: cannot be read"):
+        load_params(tmp_path)

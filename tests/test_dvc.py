@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sentemb.config import read_yaml
+
 REPO = Path(__file__).resolve().parents[1]
 DVC = [sys.executable, "-m", "dvc"]
 
@@ -58,7 +60,7 @@ def test_push_then_pull_in_fresh_clone(tmp_path: Path, mirror: Path) -> None:
     env = dvc_env(tmp_path)
     first, second, remote = tmp_path / "first", tmp_path / "second", tmp_path / "remote"
     clone_worktree(first, env)
-    params = yaml.safe_load((first / "params.yaml").read_text())
+    params = read_yaml(first / "params.yaml")
     params["data"].update(mirror=str(mirror), corpus_size=200, datasets=["wiki1m", "STS13"])
     (first / "params.yaml").write_text(yaml.safe_dump(params))
     run([*DVC, "repro", "--single-item", "download"], first, env)
@@ -100,7 +102,7 @@ def prepared(tmp_path_factory: pytest.TempPathFactory, mirror: Path, tiny_model_
     clone = work / "clone"
     env = dvc_env(work)
     clone_worktree(clone, env)
-    params = yaml.safe_load((clone / "params.yaml").read_text())
+    params = read_yaml(clone / "params.yaml")
     params["data"].update(mirror=str(mirror), corpus_size=500, datasets=["wiki1m", "STSBenchmark"])
     params["model"]["name_or_path"] = str(tiny_model_dir)
     params.update(methods=["simcse"], seeds=[1])
@@ -161,6 +163,8 @@ def test_dvc_repro_resumes_training_killed_with_sigkill(
 WRITER = """
 import os, signal
 from pathlib import Path
+from sentemb.config import read_yaml
+from sentemb.config import read_yaml
 from sentemb.io import atomic_path
 with atomic_path("out.json") as tmp:
     tmp.write_text('{"half": ')
@@ -232,7 +236,7 @@ def fake_pipeline(folder: Path, env: dict[str, str]) -> None:
         stage["cmd"] = " ".join(["python fake.py", *output_paths(stage)])
         code = ("src/", "stages/")
         stage["deps"] = ["fake.py", *(d for d in stage["deps"] if not d.startswith(code))]
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params = read_yaml(REPO / "params.yaml")
     params.update(methods=["simcse"], seeds=[1])
     run(["git", "init", "-q"], folder, env)
     run([*DVC, "init", "-q"], folder, env)
@@ -273,7 +277,7 @@ def test_interrupted_or_failed_stage_keeps_committed_outputs(tmp_path: Path) -> 
     assert git_changes(repo, env) == []
     assert "up to date" in run([*DVC, "status"], repo, env)  # the cached outputs are kept too
 
-    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params = read_yaml(repo / "params.yaml")
     params["simcse"]["temperature"] = 0.1  # a param only `train` reads
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     started = tmp_path / "started"

@@ -186,6 +186,38 @@ def test_every_registered_pooler_is_saved_and_read_back(
 def test_max_length_defaults_to_model_maximum(tiny_model_dir: Path) -> None:
     assert Encoder.from_pretrained(str(tiny_model_dir)).max_length == 128
     assert Encoder.from_pretrained(str(tiny_model_dir), max_length=16).max_length == 16
+    assert Encoder.from_pretrained(str(tiny_model_dir), max_length=3).max_length == 3
+
+
+@pytest.mark.parametrize("length", [1, 2, 129, 512, 100_000])
+def test_a_max_length_the_model_cannot_take_names_the_param_and_its_limits(
+    tiny_model_dir: Path, length: int
+) -> None:
+    """Above the model's 128 positions it failed at the first long batch (training passed it on
+    unclamped); 1 or 2 left [CLS] [SEP] and no word. Both limits come from the model."""
+    message = (
+        f"model.max_length: must be in [3, 128] for {tiny_model_dir.name} (2 special token(s) "
+        f"plus a word; 128 positions), got {length}"
+    )
+    with pytest.raises(ConfigError) as err:
+        Encoder.from_pretrained(str(tiny_model_dir), max_length=length)
+    assert str(err.value) == message
+
+
+def test_positions_leave_out_those_a_roberta_reserves(tiny_model_dir: Path) -> None:
+    """RoBERTa-like models count positions from padding_idx + 1: 20 position embeddings take 18
+    tokens."""
+    from transformers import AutoTokenizer, RobertaConfig, RobertaModel
+
+    config = RobertaConfig(
+        vocab_size=30522, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=8, max_position_embeddings=20,
+    )  # fmt: skip
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    encoder = Encoder(RobertaModel(config), tokenizer, "mean")
+    assert encoder.positions == encoder.max_length == 18
+    vectors = encoder.encode(["word " * 100], show_progress=False)  # cut to 18: no IndexError
+    assert vectors.shape == (1, 8)
 
 
 def test_precision_param_and_bf16_encoding(tiny_encoder: Encoder) -> None:

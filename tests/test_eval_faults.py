@@ -273,6 +273,7 @@ def test_tfidf_with_a_refinement_is_one_error(
 ) -> None:
     model = model or tiny_model_dir
     chinese_section = {"chinese": {"model": chinese}} if chinese else {}
+    (tmp_path / "r").mkdir()
     error, out = evaluate(
         tmp_path,
         data_root,

@@ -21,7 +21,7 @@ import yaml
 from conftest import run_stage
 from helpers import SENTENCES, STSB, paser_params
 
-from sentemb.config import ConfigError
+from sentemb.config import ConfigError, read_yaml
 from sentemb.encoder import Encoder
 from sentemb.evaluation.encoders import load_encoder
 from sentemb.methods import CombinedMethod
@@ -289,7 +289,7 @@ def train_workspace(tmp_path: Path, mirror: Path, tiny_model_dir: Path) -> Path:
     corpus = [f"another corpus, line {i}, about {i % 3} things" for i in range(32)]
     (tmp_path / "data" / "corpus").mkdir()
     (tmp_path / "data" / "corpus" / "train.txt").write_text("\n".join(corpus) + "\n")
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params = read_yaml(REPO / "params.yaml")
     params["model"]["name_or_path"] = str(tiny_model_dir)
     params["train"] |= {"batch_size": 8, "max_steps": 2}
     params["paser"] |= paser_params(tmp_path / "phrases")
@@ -301,7 +301,7 @@ def train_workspace(tmp_path: Path, mirror: Path, tiny_model_dir: Path) -> Path:
 def train(workspace: Path, method: str, **model: str) -> str:
     """Run the train stage; it must fail with one error line and write nothing. The line."""
     if model:
-        params = yaml.safe_load((workspace / "params.yaml").read_text())
+        params = read_yaml(workspace / "params.yaml")
         params["model"] |= model
         (workspace / "params.yaml").write_text(yaml.safe_dump(params))
     before = sorted(p for p in workspace.rglob("*"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import run_stage
+from conftest import make_inputs, run_stage
 from test_io import snapshot
 from test_stages import REPO, last_error
 
@@ -50,8 +50,10 @@ def test_output_below_a_file_is_refused_before_any_work(
     blocker.write_text("mine")
     paths = {name: tmp_path / value for name, value in OUTPUTS[stage].items()}
     paths[flag] = blocker / "out"
+    args = stage_args(stage, paths)
+    make_inputs([f"stages/{stage}.py"], args, tmp_path)  # data/raw, metrics/runs, ...
     before = snapshot(tmp_path)
-    error = last_error(run_stage(f"{stage}.py", stage_args(stage, paths), tmp_path))
+    error = last_error(run_stage(f"{stage}.py", args, tmp_path))
     assert error.startswith(f"error: {paths[flag]}")  # the output, or a plot file in it
     assert f": not written: {blocker} is a file, not a folder" in error
     assert snapshot(tmp_path) == before

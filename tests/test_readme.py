@@ -20,6 +20,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import make_inputs
+
+from sentemb.config import read_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 # programs with no pipeline surface to check
@@ -71,7 +74,7 @@ def check_dvc(argv: list[str]) -> None:
         args = parse_args(argv)
     except (DvcParserError, SystemExit) as err:
         raise AssertionError(f"dvc {shlex.join(argv)}: DVC cannot parse it ({err!r})") from err
-    params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
+    params = read_yaml(ROOT / "params.yaml")
     for assignment in getattr(args, "set_param", None) or []:
         key = assignment.split("=", 1)[0].split(":")[-1]
         assert param_exists(params, key), f"dvc {shlex.join(argv)}: no param {key} in params.yaml"
@@ -82,7 +85,7 @@ def check_dvc(argv: list[str]) -> None:
             assert name in stages, f"dvc {shlex.join(argv)}: dvc.yaml has no stage {name}"
 
 
-def check_python(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def check_python(argv: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     if argv[0] == "-m":
         module, args = argv[1], argv[2:]
         if module in ("pytest", "pip"):
@@ -109,7 +112,7 @@ def check_python(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     with monkeypatch.context() as patch:
         patch.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
         patch.setattr(sys, "argv", [name, *args])
-        patch.chdir(ROOT)
+        patch.chdir(make_inputs(argv, args, tmp_path))
         try:
             run()
         except Parsed:
@@ -119,7 +122,7 @@ def check_python(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     raise AssertionError(f"python {shlex.join(argv)}: finished without parsing arguments")
 
 
-def check(command: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def check(command: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     command = strip_env(command)
     program, argv = command[0], command[1:]
     if program == "make":
@@ -129,24 +132,24 @@ def check(command: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     elif program == "dvc":
         check_dvc(argv)
     elif program in ("python", "python3"):
-        check_python(argv, monkeypatch)
+        check_python(argv, monkeypatch, tmp_path)
     elif program == "torchrun":
         script = next(i for i, word in enumerate(argv) if word.endswith(".py"))
-        check_python(argv[script:], monkeypatch)
+        check_python(argv[script:], monkeypatch, tmp_path)
     elif program == "bash":
         assert (ROOT / argv[0]).is_file(), f"bash {argv[0]}: no such script"
     else:
         assert program in SKIPPED, f"{shlex.join(command)}: no check for {program} commands"
 
 
-def test_readme_commands_are_current(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_readme_commands_are_current(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     commands = readme_commands((ROOT / "README.md").read_text(encoding="utf-8"))
     assert any(c[:1] == ["dvc"] for c in commands), "the README shows no dvc command"
-    for command in commands:
-        check(command, monkeypatch)
+    for i, command in enumerate(commands):
+        check(command, monkeypatch, tmp_path / str(i))
 
 
-def test_a_stale_command_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_stale_command_fails(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The checks catch a renamed param, a removed option, an unknown stage and a make target."""
     stale = [
         ["dvc", "exp", "run", "-S", "train.learning_rat=1e-5"],
@@ -158,7 +161,7 @@ def test_a_stale_command_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     ]
     for command in stale:
         with pytest.raises(AssertionError):
-            check(command, monkeypatch)
+            check(command, monkeypatch, tmp_path)
 
 
 SUITE_COLUMNS = {

@@ -14,13 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import yaml
 from conftest import REPO
 from safetensors.numpy import load_file, save_file
 from test_encode_cache import CountingEncoder
 
 from sentemb import postprocess
-from sentemb.config import ConfigError, section
+from sentemb.config import ConfigError, read_yaml, section
 from sentemb.data.readers import PairSet
 from sentemb.encoder import Encoder, ModelIdentity, model_identity
 from sentemb.evaluation.base import SentenceEncoder, UnusableVectors
@@ -234,6 +233,9 @@ def test_whitening_makes_the_fitting_covariance_the_identity() -> None:
     for rows in (0, 1):  # a fit on the sentences of an empty call ended in numpy's SVD error
         with pytest.raises(ConfigError, match=f"2 or more vectors, got {rows}"):
             Whitening.fit(x[:rows])
+    for dim in (7, 10_000):  # more dimensions than the vectors have kept all 6 silently
+        with pytest.raises(ConfigError, match=rf"^refine.whitening.dim: {dim} is more than the 6"):
+            Whitening.fit(x, dim=dim)
 
 
 def test_eigenvalue_bound_is_eq_5_by_hand() -> None:
@@ -356,7 +358,7 @@ def test_refinements_are_the_package_files_each_with_its_params_section() -> Non
     files = {module.name for module in pkgutil.iter_modules(postprocess.__path__)} - {"base"}
     assert set(REFINEMENTS) == files
     sections = {f.name: f.type for f in dataclasses.fields(RefineConfig)}
-    params = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))["refine"]
+    params = read_yaml(REPO / "params.yaml")["refine"]
     for name, (cls, config) in REFINEMENTS.items():
         assert (cls.name, cls.__module__) == (name, f"sentemb.postprocess.{name}")
         assert sections[name] is config  # `refine.<name>` is read into the class it registered

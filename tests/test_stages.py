@@ -13,6 +13,7 @@ import yaml
 from conftest import run_stage
 
 from sentemb import tracking
+from sentemb.config import read_yaml
 from sentemb.evaluation.base import spearman
 
 REPO = Path(__file__).resolve().parents[1]
@@ -25,7 +26,7 @@ def stage_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 
 def write_params(folder: Path, mirror: Path, **sections) -> Path:
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params = read_yaml(REPO / "params.yaml")
     params["data"].update(mirror=str(mirror), corpus_size=500)
     for name, values in sections.items():  # a section's keys updated, a top-level value set
         if isinstance(values, dict):

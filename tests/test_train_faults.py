@@ -114,6 +114,22 @@ def data_copy(data: Path, folder: Path) -> Path:
             "simcse+paser",
             "paser.phrases: absent/rake.jsonl: not found; run the phrases stage first",
         ),
+        # the class of numbers that only the model (or another section) bounds
+        *(
+            ({"train": {"max_length": n}}, "simcse", "train.max_length: must be in [3, 128] for")
+            for n in (1, 2, 129, 100_000)
+        ),
+        ({"sscl": {"layers": [-3]}}, "sscl", "sscl.layers: must each be in [-2, -2] for"),
+        (
+            {"paser": {"mask_phrases": 6}},
+            "simcse+paser",
+            "paser.mask_phrases: 6 is more than the 5 phrases the phrases stage keeps",
+        ),
+        (
+            {"train": {"warmup_steps": 4}},
+            "simcse",
+            "train.warmup_steps: 4 is not below the run's 4 steps",
+        ),
         ({}, "simcse+", "method: 'simcse+' must join distinct known methods"),
         ({}, "simcse + simcse", "method: 'simcse + simcse' must join distinct known methods"),
     ],

@@ -1,16 +1,34 @@
-"""What every stage script shares: timestamped logging and one clear error with a non-zero exit."""
+"""What every command line shares: its parser, timestamped logging and one clear error with a
+non-zero exit.
+
+Each option that takes a path, a model or a revision is declared with its kind (`Parser.input`,
+`Parser.output`, `Parser.model`, `Parser.revision`); the kind refuses, in one line, a value that
+is empty or only spaces, has spaces at an end or a control character, or looks like an option
+(`--out=--metrics`); an input that does not exist; and, once all are parsed, an output that is,
+lies inside or holds an input or another output. `tests/test_cli.py` walks every command's
+options.
+"""
 
 from __future__ import annotations
 
+import argparse
+import itertools
 import logging
 import sys
-from collections.abc import Callable
+import unicodedata
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal, NoReturn
 
 from sentemb.config import UserError
 from sentemb.tracking import stage_clock
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # 2026-11-23 10:58:25 INFO train: …
 DATE_FORMAT = "%Y-%m-%d %H:%M:%S"
+# An option's kind: an input that exists (a file, a folder or either), an output written whole
+# (a file or a folder), a folder of outputs, a model, a revision.
+Kind = Literal["file", "folder", "path", "output", "outputs", "model", "revision"]
+INPUTS = {False: "file", True: "folder", None: "path"}
 
 
 def run_stage(main: Callable[[], None]) -> None:
@@ -23,3 +41,123 @@ def run_stage(main: Callable[[], None]) -> None:
     except (UserError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)
+
+
+def text(value: str, what: str) -> str:
+    """`value` when it can name a `what`; else `argparse.ArgumentTypeError` saying why."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError(f"an empty {what}")
+    if value != value.strip():
+        raise argparse.ArgumentTypeError(f"{value!r}: a {what} with spaces at an end")
+    if any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in value):
+        raise argparse.ArgumentTypeError(f"{value!r}: a {what} with a control character")
+    if value.startswith("-"):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} looks like an option, not a {what} (a path that starts with '-': ./{value})"
+        )
+    return value
+
+
+def existing(folder: bool | None) -> Callable[[str], Path]:
+    """The `type` of an input: a file (`folder=False`), a folder (True) or either (None)."""
+    what = INPUTS[folder]
+
+    def check(value: str) -> Path:
+        path = Path(text(value, f"{what} path"))
+        if not path.exists():
+            raise argparse.ArgumentTypeError(f"{value}: no such {what}")
+        if folder is not None and path.is_dir() != folder:
+            raise argparse.ArgumentTypeError(
+                f"{value}: a {'file' if folder else 'folder'}, not a {what}"
+            )
+        return path
+
+    return check
+
+
+class Parser(argparse.ArgumentParser):
+    """`argparse` with kinds for the options that name paths, models and revisions, and usage
+    errors in one line (`error: argument --out: …`, status 2)."""
+
+    def __init__(self, description: str | None = None, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(description=description, **kwargs)
+        self.kinds: dict[str, Kind] = {}  # an option's dest -> its kind
+        self.sometimes: set[str] = set()  # inputs that only some params read
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message}\n")
+
+    def _add(self, kind: Kind, flags: Sequence[str], **kwargs: Any) -> argparse.Action:
+        action = self.add_argument(*flags, **kwargs)
+        self.kinds[action.dest] = kind
+        return action
+
+    def input(
+        self, *flags: str, folder: bool | None = None, always: bool = True, **kwargs: Any
+    ) -> argparse.Action:
+        """A file (`folder=False`), folder (True) or either (None) that must exist; one that
+        only some params read (`always=False`) is checked by its reader, if it is read."""
+        kind = INPUTS[folder]
+        if always:
+            return self._add(kind, flags, type=existing(folder), **kwargs)
+        self.sometimes.add(flags[-1])
+        return self._add(kind, flags, type=lambda v: Path(text(v, f"{kind} path")), **kwargs)
+
+    def output(self, *flags: str, **kwargs: Any) -> argparse.Action:
+        """A path the command writes whole: a file, or a folder it replaces."""
+        return self._add("output", flags, type=lambda v: Path(text(v, "path")), **kwargs)
+
+    def outputs(self, *flags: str, **kwargs: Any) -> argparse.Action:
+        """A folder the command writes files into (metrics, plots), keeping the others."""
+        return self._add("outputs", flags, type=lambda v: Path(text(v, "path")), **kwargs)
+
+    def model(self, *flags: str, **kwargs: Any) -> argparse.Action:
+        """A model: a Hugging Face hub name or a local folder (checked where it loads)."""
+        return self._add("model", flags, type=lambda v: text(v, "model name or folder"), **kwargs)
+
+    def revision(self, *flags: str, **kwargs: Any) -> argparse.Action:
+        """A git revision or DVC experiment name (checked by the tool that reads it)."""
+        return self._add("revision", flags, type=lambda v: text(v, "revision"), **kwargs)
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:
+        parsed = super().parse_args(args, namespace)
+        self.check_overlap(parsed)
+        return parsed
+
+    def check_overlap(self, parsed: argparse.Namespace) -> None:
+        """Refuse a path written that is a path read or another one written, or lies inside a
+        folder read (writing would change what the command reads) or inside a folder output
+        replaced whole; and a file or folder replaced whole that holds another path named."""
+        flags = {a.dest: (a.option_strings or [a.dest])[-1] for a in self._actions}
+        for dest in self.kinds:  # argparse reads `--out=--` as an empty list
+            if isinstance(getattr(parsed, dest, None), list):
+                self.error(f"argument {flags[dest]}: expected one value")
+        named = [
+            (dest, kind, value, Path(value).resolve())
+            for dest, kind in self.kinds.items()
+            if (value := getattr(parsed, dest, None)) is not None
+            and (kind != "model" or Path(value).exists())  # a hub name is no path
+        ]
+        written = ("output", "outputs")
+        for (dest, kind, value, path), (
+            other,
+            other_kind,
+            other_value,
+            there,
+        ) in itertools.permutations(named, 2):
+            if kind not in written:
+                continue
+            if path == there:
+                relation = "is"
+            elif there in path.parents and other_kind != "outputs":
+                relation = "lies inside"
+            elif path in there.parents and kind == "output":
+                relation = "holds"
+            else:
+                continue
+            what = "another output" if other_kind in written else "an input"
+            self.error(
+                f"argument {flags[dest]}: {value} {relation} {what}, "
+                f"{flags[other]} {other_value}: choose another path"
+            )

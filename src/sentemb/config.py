@@ -13,10 +13,9 @@ import math
 import pkgutil
 import types
 import typing
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
-
-import yaml
+from typing import Annotated, Any, TypeVar
 
 T = TypeVar("T")
 
@@ -57,38 +56,59 @@ class ConfigError(UserError, ValueError):
     """A param is unknown, of the wrong type or out of range."""
 
 
-def at_least(config: Any, minimum: float, *names: str, strict: bool = False) -> list[str]:
-    """One problem per field of `names` below `minimum` (or equal to it, with `strict`); NaN
-    fails every bound; null passes where the field may be null (a limit: none)."""
-    hints = typing.get_type_hints(type(config))
-    return [
-        f"{name}: must be {'>' if strict else '>='} {minimum}"
-        + (" or null" if type(None) in typing.get_args(hints[name]) else "")
-        + f", got {value}"
-        for name in names
-        if (value := getattr(config, name)) is not None
-        and not (value > minimum if strict else value >= minimum)
-    ]
+@dataclass(frozen=True)
+class Range:
+    """Where a numeric param means something: `low` <= value <= `high`, strict at an `open` end;
+    None is no bound. Written into a field's type (`Annotated[int, Range(1)]`, or an alias below)
+    and checked by `from_dict`, so every numeric param states its range where it is declared."""
+
+    low: float | None = None
+    high: float | None = None
+    open_low: bool = False
+    open_high: bool = False
+    why: str = ""  # added to the error
+
+    def __str__(self) -> str:
+        if self.high is None:
+            return f"{'>' if self.open_low else '>='} {self.low:g}"
+        if self.low is None:
+            return f"{'<' if self.open_high else '<='} {self.high:g}"
+        high = "2**32" if self.high == 2**32 else f"{self.high:.3g}"
+        left, right = "(" if self.open_low else "[", ")" if self.open_high else "]"
+        return f"in {left}{self.low:g}, {high}{right}"
+
+    def holds(self, value: float) -> bool:
+        """Whether `value` is inside (NaN never is)."""
+        above = self.low is None or (value > self.low if self.open_low else value >= self.low)
+        below = self.high is None or (value < self.high if self.open_high else value <= self.high)
+        return bool(above and below) and value == value
 
 
-def seed_range(config: Any, *names: str) -> list[str]:
-    """One problem per field of `names` that is not a seed in `SEEDS`."""
-    return [
-        f"{name}: must be in [0, 2**32), got {value}"
-        for name in names
-        if (value := getattr(config, name)) not in SEEDS
-    ]
+# The ranges most params share; a param with another writes `Annotated[int, Range(...)]`.
+Count = Annotated[int, Range(1)]  # a number of things, steps or sentences: at least 1
+NonNegativeInt = Annotated[int, Range(0)]
+Positive = Annotated[float, Range(0, open_low=True)]  # a scale, temperature or rate
+NonNegative = Annotated[float, Range(0)]  # a weight or ratio that 0 turns off
+Probability = Annotated[float, Range(0, 1)]
+Seed = Annotated[int, Range(0, 2**32, open_high=True)]  # what every generator seeded here takes
+# a sample of test pairs scored by a rank correlation, which 2 pairs make ±1 whatever the model
+PairSample = Annotated[int, Range(3)]
+
+
+def ranges(annotation: Any) -> list[Range]:
+    """The `Range`s written into a type (inside `X | None` too)."""
+    if typing.get_origin(annotation) is Annotated:
+        return [extra for extra in annotation.__metadata__ if isinstance(extra, Range)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return [r for arg in typing.get_args(annotation) for r in ranges(arg)]
+    return []
 
 
 def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
-    """Read the params file; a missing or malformed file is a `ConfigError` naming it."""
+    """Read the params file as DVC reads it (`read_yaml`) and check its sections' names; a
+    missing or malformed file is a `ConfigError` naming it."""
     path = Path(path)
-    try:
-        params = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as err:
-        raise ConfigError(f"{path}: params file not found") from err
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {err}") from err
+    params = read_yaml(path)
     if not isinstance(params, dict):
         raise ConfigError(f"{path}: expected a mapping of sections at the top level")
     check_keys(params, SECTIONS, f"{path}: unknown top-level key(s)")
@@ -99,6 +119,65 @@ def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
         )
     check_keys(evaluation or {}, EVAL_SUITES, "eval: unknown key(s)")
     return params
+
+
+def read_yaml(path: Path) -> Any:
+    """A YAML file read with DVC's own loader (ruamel.yaml's safe loader, YAML 1.2: `1e-3` is a
+    number and `yes` a string, where PyYAML reads them otherwise), so a stage sees the values
+    `dvc params diff` and `dvc exp run -S` see. One `ConfigError` naming the file and line for a
+    file that is missing or not UTF-8, a key written twice in one mapping (DVC refuses the file;
+    PyYAML would keep the last silently) and any other YAML error."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.constructor import DuplicateKeyError
+    from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError as err:
+        raise ConfigError(f"{path}: params file not found") from err
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot be read ({err.strerror or err})") from err
+    try:
+        text = raw.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        raise ConfigError(
+            f"{path}:{line}: not UTF-8 (byte {raw[err.start]:#04x}); save the file as UTF-8"
+        ) from err
+    try:
+        return YAML(typ="safe", pure=True).load(text)
+    except DuplicateKeyError as err:
+        found = _duplicate(YAML(typ="safe", pure=True).compose(text))
+        what = (
+            f"the key {found[0]!r} is written twice in one mapping (first at line {found[1]})"
+            if found
+            else err.problem  # keys spelled apart that read the same (`1` and `01`)
+        )
+        line = err.problem_mark.line + 1
+        raise ConfigError(f"{path}:{line}: {what}; DVC refuses such a file: keep one") from err
+    except MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise ConfigError(f"{where}: not valid YAML: {err.problem or err.context}") from err
+    except YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from err
+
+
+def _duplicate(node: Any) -> tuple[str, int] | None:
+    """The first key written twice in a mapping of a composed YAML `node` (as written): the key
+    and the line (from 1) of its first occurrence."""
+    children = node.value if isinstance(node.value, list) else []
+    if node.id == "mapping":
+        seen: dict[Any, int] = {}
+        for key, _ in children:
+            if key.value in seen:
+                return key.value, seen[key.value]
+            seen[key.value] = key.start_mark.line + 1
+        children = [item for pair in children for item in pair]
+    for child in children:
+        if (found := _duplicate(child)) is not None:
+            return found
+    return None
 
 
 def check_keys(values: dict, known: tuple[str, ...], unknown_keys: str) -> None:
@@ -119,16 +198,24 @@ def check_keys(values: dict, known: tuple[str, ...], unknown_keys: str) -> None:
     )
 
 
-def _coerce(value: Any, annotation: Any, where: str) -> Any:
+def _coerce(value: Any, annotation: Any, where: str, nullable: bool = False) -> Any:
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
+    if origin is Annotated:
+        value = _coerce(value, args[0], where)
+        for bound in ranges(annotation):
+            if not bound.holds(value):
+                null = " or null" if nullable else ""
+                why = f" ({bound.why})" if bound.why else ""
+                raise ConfigError(f"{where}: must be {bound}{null}{why}, got {value}")
+        return value
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
         errors = []
         for arg in (a for a in args if a is not type(None)):
             try:
-                return _coerce(value, arg, where)
+                return _coerce(value, arg, where, nullable=type(None) in args)
             except ConfigError as err:
                 errors.append(str(err))
         raise ConfigError(errors[0])
@@ -165,7 +252,7 @@ def from_dict(cls: type[T], values: dict[str, Any] | None, where: str) -> T:
     values = {} if values is None else values
     if not isinstance(values, dict):
         raise ConfigError(f"{where}: expected a mapping, got {values!r}")
-    hints = typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls, include_extras=True)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - names)
     if unknown:

@@ -336,13 +336,37 @@ class Encoder(torch.nn.Module):
         max_length: int | None = None,
         precision: str = "auto",
         pooler_param: str = "pooler",
+        length_param: str = "model.max_length",
     ) -> None:
         super().__init__()
         check_pooler(pooler, pooler_param, backbone=backbone)
         self.backbone, self.tokenizer, self.pooler = backbone, tokenizer, pooler
         self.precision = precision
-        model_max = getattr(backbone.config, "max_position_embeddings", None) or 512
-        self.max_length = min(max_length or model_max, model_max)
+        self.max_length = self.positions
+        if max_length is not None:
+            self.max_length = self.check_length(max_length, length_param)
+
+    @property
+    def positions(self) -> int:
+        """The most tokens one sentence may have: the model's position embeddings (512 where the
+        config names none), less those RoBERTa-like models reserve below their first position
+        (`padding_idx` + 1)."""
+        positions = getattr(self.backbone.config, "max_position_embeddings", None) or 512
+        reserved = getattr(getattr(self.backbone, "embeddings", None), "padding_idx", None)
+        return positions - (reserved + 1 if isinstance(reserved, int) else 0)
+
+    def check_length(self, max_length: int, param: str) -> int:
+        """`max_length` when a sentence cut to it keeps a word beside the tokenizer's special
+        tokens and fits the model's positions; else a `ConfigError` naming `param` and the limit
+        (too long fails at the first long batch; too short turns every input into [CLS] [SEP])."""
+        special = self.tokenizer.num_special_tokens_to_add(pair=False)
+        if not special + 1 <= max_length <= self.positions:
+            name = Path(getattr(self.backbone.config, "_name_or_path", "")).name or "the model"
+            raise ConfigError(
+                f"{param}: must be in [{special + 1}, {self.positions}] for {name} ({special} "
+                f"special token(s) plus a word; {self.positions} positions), got {max_length}"
+            )
+        return max_length
 
     @classmethod
     def from_pretrained(

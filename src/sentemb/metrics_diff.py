@@ -14,7 +14,6 @@ x 100). Other metrics (losses, counts, λs, alignment) are shown without a label
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import subprocess
@@ -23,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from sentemb.cli import run_stage
+from sentemb.cli import Parser, run_stage
 from sentemb.config import UserError, load_params, section
 from sentemb.report.stats import NOISE, CompareConfig
 from sentemb.tracking import SECONDS
@@ -122,15 +121,17 @@ def dvc_metrics_diff(revisions: list[str]) -> dict:
     return json.loads(result.stdout or "{}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("a_rev", nargs="?", default="HEAD", help="old revision (default HEAD)")
-    parser.add_argument("b_rev", nargs="?", help="new revision (default the workspace)")
+def parser() -> Parser:
+    parser = Parser(__doc__)
+    parser.revision("a_rev", nargs="?", default="HEAD", help="old revision (default HEAD)")
+    parser.revision("b_rev", nargs="?", help="new revision (default the workspace)")
     parser.add_argument("--noise", type=float, help="score points (default compare.noise)")
-    parser.add_argument("--params", default="params.yaml")
-    args = parser.parse_args()
+    parser.input("--params", default="params.yaml", folder=False)
+    return parser
+
+
+def main() -> None:
+    args = parser().parse_args()
     noise = args.noise
     if noise is None:
         noise = section(load_params(args.params), "compare", CompareConfig).noise

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sentemb.config import at_least
+from sentemb.config import Count
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
@@ -22,13 +22,12 @@ class ModelConfig:
 
     name_or_path: str = DEFAULT_MODEL
     pooler: str = "auto"
-    max_length: int | None = None
-    batch_size: int = 128
+    max_length: Count | None = None  # checked against the model's positions where it loads
+    batch_size: Count = 128
     trust_remote_code: bool = False
     precision: str = "auto"
 
     def validate(self) -> list[str]:
-        problems = []
         if self.precision not in PRECISIONS:
-            problems.append(f"precision: {self.precision!r} is not one of {list(PRECISIONS)}")
-        return problems + at_least(self, 1, "max_length", "batch_size")
+            return [f"precision: {self.precision!r} is not one of {list(PRECISIONS)}"]
+        return []

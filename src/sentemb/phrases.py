@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 from tqdm.auto import tqdm
 
-from sentemb.config import ConfigError, at_least
+from sentemb.config import ConfigError, Count, NonNegativeInt
 from sentemb.data.readers import DataFormatError
 from sentemb.io import atomic_path
 from sentemb.tfidf import WORD_PATTERN, jieba_words, quiet_jieba
@@ -58,18 +58,17 @@ class PhrasesConfig:
     """Params section `phrases`."""
 
     language: str = "english"  # NLTK stopword list; "chinese" also segments words with jieba
-    top_k: int = 5  # phrases kept per sentence (PaSeR masks `paser.mask_phrases` of them)
-    min_length: int = 1  # words per phrase
-    max_length: int = 4
-    keywords: int = 5  # TF-IDF keywords kept per sentence
-    workers: int = 0  # processes; 0 = every core
-    chunk_size: int = 1000  # sentences per task
+    top_k: Count = 5  # phrases kept per sentence (PaSeR masks `paser.mask_phrases` of them)
+    min_length: Count = 1  # words per phrase
+    max_length: Count = 4
+    keywords: Count = 5  # TF-IDF keywords kept per sentence
+    workers: NonNegativeInt = 0  # processes; 0 = every core
+    chunk_size: Count = 1000  # sentences per task
 
     def validate(self) -> list[str]:
-        problems = at_least(self, 1, "top_k", "min_length", "max_length", "keywords", "chunk_size")
         if self.max_length < self.min_length:
-            problems.append(f"max_length: {self.max_length} is below min_length {self.min_length}")
-        return problems + at_least(self, 0, "workers")
+            return [f"max_length: {self.max_length} is below min_length {self.min_length}"]
+        return []
 
     @property
     def chinese(self) -> bool:

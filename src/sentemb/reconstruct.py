@@ -9,12 +9,11 @@ end-of-phrase token ([SEP] for BERT tokenizers), as generated.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import torch
 
-from sentemb.cli import run_stage
+from sentemb.cli import Parser, run_stage
 from sentemb.config import ConfigError
 from sentemb.encoder import Encoder
 from sentemb.methods.paser import DECODER_DIR, decoding_signal, load_decoder, mask_phrases
@@ -42,14 +41,16 @@ def reconstruct(model: Path, sentences: list[str], language: str) -> list[dict[s
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument(
-        "--model", required=True, type=Path, help="a PaSeR run, e.g. models/paser-42"
-    )
+def parser() -> Parser:
+    parser = Parser(__doc__)
+    parser.input("--model", required=True, folder=True, help="a PaSeR run, e.g. models/paser-42")
     parser.add_argument("--language", default="english", help="RAKE stopword language")
     parser.add_argument("sentences", nargs="+")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = parser().parse_args()
     for row in reconstruct(args.model, args.sentences, args.language):
         for key, text in row.items():
             print(f"{key:>9}: {text}")

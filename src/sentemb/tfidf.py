@@ -16,7 +16,7 @@ from types import ModuleType
 import scipy.sparse as sp
 from sklearn.feature_extraction.text import TfidfVectorizer
 
-from sentemb.config import at_least
+from sentemb.config import Count
 
 WORD_PATTERN = r"(?u)\b\w+\b"  # words for English TF-IDF here and in the phrases stage
 
@@ -25,12 +25,9 @@ WORD_PATTERN = r"(?u)\b\w+\b"  # words for English TF-IDF here and in the phrase
 class TfidfConfig:
     """Params section `tfidf`."""
 
-    max_features: int | None = None
+    max_features: Count | None = None
     sublinear_tf: bool = True
-    min_df: int = 1
-
-    def validate(self) -> list[str]:
-        return at_least(self, 1, "max_features", "min_df")
+    min_df: Count = 1
 
 
 @functools.cache

@@ -229,7 +229,7 @@ def test_devices_the_machine_has(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 LEARNING_RATE = (
-    "must be > 0 and < 3.4e+37 (AdamW's first step, 10 x learning_rate, must be a float32)"
+    "must be in (0, 3.4e+37) (AdamW's first step, 10 x learning_rate, must be a float32)"
 )
 
 

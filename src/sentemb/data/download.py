@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from sentemb.config import UserError, at_least
+from sentemb.config import Count, Positive, UserError
 from sentemb.data.sources import DATASETS, Dataset, RemoteFile
 from sentemb.io import atomic_path, write_json
 
@@ -33,15 +33,14 @@ class DataConfig:
     """Params section `data`."""
 
     mirror: str = "../shared/datasets"
-    corpus_size: int = 1_000_000
-    timeout: float = 60.0
+    corpus_size: Count = 1_000_000
+    timeout: Positive = 60.0
     datasets: list[str] | None = None
 
     def validate(self) -> list[str]:
-        problems = at_least(self, 1, "corpus_size") + at_least(self, 0, "timeout", strict=True)
         if self.datasets == []:
-            problems.append("datasets: [] names no dataset; null downloads them all")
-        return problems
+            return ["datasets: [] names no dataset; null downloads them all"]
+        return []
 
 
 class DataUnavailable(UserError, RuntimeError):

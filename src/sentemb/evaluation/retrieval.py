@@ -43,7 +43,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.preprocessing import normalize
 
-from sentemb.config import at_least
+from sentemb.config import Count, PairSample
 from sentemb.data.readers import (
     PairSet,
     RerankingSet,
@@ -83,17 +83,17 @@ class RetrievalConfig:
     offline Chinese set (`read_chinese`; the same pairs as `eval.chinese.max_pairs` of that size).
     """
 
-    mrr_k: int = 10
-    query_chunk: int = 1024
-    chunk_cells: int = 50_000_000
+    mrr_k: Count = 10
+    query_chunk: Count = 1024
+    chunk_cells: Count = 50_000_000
     qqp_splits: list[str] = field(default_factory=lambda: list(QQP_SPLITS))
     askubuntu_split: str = "test"
     offline_sets: list[str] = field(default_factory=lambda: ["LCQMC", "BQ", "MRPC"])
     exclude_query: bool = True
-    max_pairs: int | None = None
+    max_pairs: PairSample | None = None
 
     def validate(self) -> list[str]:
-        problems = at_least(self, 1, "max_pairs", "mrr_k", "query_chunk", "chunk_cells")
+        problems = []
         if not self.qqp_splits:
             problems.append("qqp_splits: must name at least one split")
         for name, values, allowed in (

@@ -38,7 +38,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import Annotated, Literal, NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -48,7 +48,7 @@ from sklearn.metrics import f1_score
 from sklearn.model_selection import StratifiedKFold
 from threadpoolctl import threadpool_limits
 
-from sentemb.config import at_least, seed_range
+from sentemb.config import Count, Positive, Range, Seed
 from sentemb.data.readers import read_binary, read_mrpc, read_sst2, read_trec
 from sentemb.data.sources import TRANSFER_FILES
 from sentemb.evaluation.base import (
@@ -67,31 +67,31 @@ BINARY_TASKS = ("MR", "CR", "SUBJ", "MPQA")
 SOLVERS = ("lbfgs", "newton-cg", "newton-cholesky", "sag", "saga")
 
 
+Folds = Annotated[int, Range(2)]  # cross-validation needs two folds
+
+
 @dataclass
 class TransferConfig:
     """Params section `eval.transfer`; the defaults are SentEval's with ``kfold: 10``."""
 
-    kfold: int = 10  # outer folds of MR/CR/SUBJ/MPQA; CV folds on TREC's and MRPC's train
-    inner_kfold: int = 10  # folds that pick C inside each outer fold (SentEval: same as kfold)
-    regs: list[float] = field(default_factory=lambda: [2.0**t for t in range(-2, 4)])
-    kfold_regs: list[float] = field(default_factory=lambda: [2.0**t for t in range(-1, 6)])
-    seed: int = 1111  # folds and classifier
-    n_jobs: int = 2  # fits run side by side, each on one thread
+    kfold: Folds = 10  # outer folds of MR/CR/SUBJ/MPQA; CV folds on TREC's and MRPC's train
+    inner_kfold: Folds = 10  # folds that pick C inside each outer fold (SentEval: same as kfold)
+    regs: list[Positive] = field(default_factory=lambda: [2.0**t for t in range(-2, 4)])
+    kfold_regs: list[Positive] = field(default_factory=lambda: [2.0**t for t in range(-1, 6)])
+    seed: Seed = 1111  # folds and classifier
+    n_jobs: Count = 2  # fits run side by side, each on one thread
     solver: str = "lbfgs"
-    max_iter: int = 1000
+    max_iter: Count = 1000
     tasks: list[str] = field(default_factory=lambda: list(TRANSFER_TASKS))
     mrpc_features: Literal["full", "senteval"] = "full"  # [u, v, |u-v|, u*v] | [|u-v|, u*v]
     warm_start: bool = False  # fit each fold's C grid as a warm-started path (not bit-identical)
 
     def validate(self) -> list[str]:
-        problems = at_least(self, 2, "kfold", "inner_kfold") + at_least(self, 1, "max_iter")
-        for name in ("regs", "kfold_regs"):
-            grid = getattr(self, name)
-            if not grid or not all(c > 0 for c in grid):
-                problems.append(f"{name}: must be a non-empty list of C > 0, got {grid}")
-        problems += seed_range(self, "seed")
-        if self.n_jobs == 0 or self.n_jobs < -1:
-            problems.append(f"n_jobs: must be >= 1 or -1 (all cores), got {self.n_jobs}")
+        problems = [
+            f"{name}: must be a non-empty list of C > 0, got {grid}"
+            for name in ("regs", "kfold_regs")
+            if not (grid := getattr(self, name))
+        ]
         if self.solver not in SOLVERS:
             problems.append(f"solver: {self.solver!r} is not one of {list(SOLVERS)}")
         unknown = sorted(set(self.tasks) - set(TRANSFER_TASKS))

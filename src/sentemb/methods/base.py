@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from sentemb.config import at_least, parse_spec, section
+from sentemb.config import Positive, parse_spec, section
 from sentemb.encoder import Encoder, EncoderOutput
 from sentemb.methods.functional import gather_with_grad, info_nce
 
@@ -29,10 +29,7 @@ from sentemb.methods.functional import gather_with_grad, info_nce
 class SimCSEConfig:
     """Params section `simcse`: the base objective every method builds on."""
 
-    temperature: float = 0.05
-
-    def validate(self) -> list[str]:
-        return at_least(self, 0, "temperature", strict=True)
+    temperature: Positive = 0.05
 
 
 @dataclass

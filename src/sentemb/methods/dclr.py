@@ -36,7 +36,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from sentemb.config import at_least
+from sentemb.config import NonNegative, NonNegativeInt, Positive, Probability
 from sentemb.encoder import Encoder, check_pooler, saved_pooler
 from sentemb.methods.base import Method, Objective, TrainState, Views, register_method
 from sentemb.methods.functional import (
@@ -178,21 +178,14 @@ def complementary_weights(comp_sims: Tensor, phi: float) -> ComplementaryWeights
 class DCLRConfig:
     """Params section `dclr` (the paper's §5.1 values)."""
 
-    noise_ratio: float = 1.0
-    sigma: float = 1.0
-    ascent_steps: int = 4
-    ascent_lr: float = 1e-3
-    noise_temperature: float = 0.05
-    phi: float = 0.9
+    noise_ratio: NonNegative = 1.0
+    sigma: Positive = 1.0
+    ascent_steps: NonNegativeInt = 4
+    ascent_lr: NonNegative = 1e-3
+    noise_temperature: Positive = 0.05
+    phi: Probability = 0.9  # a cosine threshold (eq. 5)
     complementary_model: str | None = None
     complementary_pooler: str = "auto"
-
-    def validate(self) -> list[str]:
-        problems = at_least(self, 0, "noise_ratio", "ascent_steps", "ascent_lr")
-        problems += at_least(self, 0, "sigma", "noise_temperature", strict=True)
-        if not 0 <= self.phi <= 1:
-            problems.append(f"phi: must be in [0, 1], got {self.phi}")
-        return problems
 
 
 @register_method("dclr", config=DCLRConfig)

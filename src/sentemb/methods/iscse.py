@@ -35,7 +35,7 @@ from typing import Literal, NamedTuple
 import torch
 from torch import Tensor
 
-from sentemb.config import at_least
+from sentemb.config import Count, NonNegative, Positive, Probability
 from sentemb.encoder import Encoder
 from sentemb.methods.base import Method, Objective, TrainState, Views, register_method
 from sentemb.methods.functional import (
@@ -231,28 +231,24 @@ def alpha_schedule(
 class ISCSEConfig:
     """Params section `iscse` (the paper's defaults for base models)."""
 
-    buffer_size: int = 1024
-    k: int = 16
-    beta: float = 2.0
+    buffer_size: Count = 1024
+    k: Count = 16
+    beta: Positive = 2.0
     retrieval: Literal["knn", "kmeans"] = "knn"
-    clusters: int = 64
-    gamma: float = 0.5
-    kmeans_iterations: int = 10
+    clusters: Count = 64
+    gamma: Probability = 0.5
+    kmeans_iterations: Count = 10
     alpha_schedule: Literal["constant", "cosine"] = "constant"
-    alpha: float = 0.1
-    alpha_start: float = 0.005
-    alpha_end: float = 0.05
+    alpha: NonNegative = 0.1
+    alpha_start: NonNegative = 0.005
+    alpha_end: NonNegative = 0.05
 
     def validate(self) -> list[str]:
-        problems = at_least(self, 1, "buffer_size")
-        if not 1 <= self.k <= self.buffer_size:
+        problems = []
+        if self.k > self.buffer_size:
             problems.append(f"k: must be in [1, buffer_size={self.buffer_size}], got {self.k}")
-        if self.retrieval == "kmeans" and not 1 <= self.clusters <= self.buffer_size:
+        if self.retrieval == "kmeans" and self.clusters > self.buffer_size:
             problems.append(f"clusters: must be in [1, buffer_size], got {self.clusters}")
-        if not 0 <= self.gamma <= 1:
-            problems.append(f"gamma: must be in [0, 1], got {self.gamma}")
-        problems += at_least(self, 0, "beta", strict=True)
-        problems += at_least(self, 0, "alpha", "alpha_start", "alpha_end")
         if not self.alpha_start <= self.alpha_end:
             problems.append(
                 f"alpha_end: must be >= alpha_start ({self.alpha_start}), got {self.alpha_end}"

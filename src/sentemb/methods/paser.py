@@ -19,6 +19,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Annotated
 
 import torch
 import torch.nn.functional as F
@@ -26,7 +27,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase
 
-from sentemb.config import ConfigError, at_least
+from sentemb.config import ConfigError, Count, NonNegative, Range
 from sentemb.data.augment import EDA, EDA_OPERATIONS
 from sentemb.data.readers import DataFormatError
 from sentemb.encoder import Encoder
@@ -41,29 +42,23 @@ class PaSeRConfig:
     """Params section `paser` (the paper's unsupervised defaults)."""
 
     phrases: str = "data/phrases/rake.jsonl"  # the phrases stage's output
-    mask_phrases: int = 3  # top-k RAKE phrases masked (Table 5: 1-5)
-    m: float = 10.0  # eq. 2 scale of |E_s - E_s~| (App. A)
-    n: float = 10.0  # eq. 2 scale of |E_s * E_s~|
-    decoder_layers: int = 6  # §4.5.1
-    max_target_length: int = 32  # decoder tokens: masked phrases, each ended by [SEP]
-    generative_weight: float = 1.0  # eq. 4 (and α of eq. 5)
-    mlm_weight: float = 1.0  # eq. 4; 0 turns MLM off
-    mlm_probability: float = 0.15
+    mask_phrases: Count = 3  # top-k RAKE phrases masked (Table 5: 1-5)
+    m: NonNegative = 10.0  # eq. 2 scale of |E_s - E_s~| (App. A)
+    n: NonNegative = 10.0  # eq. 2 scale of |E_s * E_s~|
+    decoder_layers: Count = 6  # §4.5.1
+    max_target_length: Count = 32  # decoder tokens: masked phrases, each ended by [SEP]
+    generative_weight: NonNegative = 1.0  # eq. 4 (and α of eq. 5)
+    mlm_weight: NonNegative = 1.0  # eq. 4; 0 turns MLM off
+    mlm_probability: Annotated[float, Range(0, 1, open_low=True, open_high=True)] = 0.15
     augment: list[str] = field(default_factory=lambda: ["synonym"])  # Table 4: best is SR alone
-    augment_ratio: float = 0.1
+    augment_ratio: Annotated[float, Range(0, 1, open_high=True)] = 0.1
     stopwords: str = "english"
 
     def validate(self) -> list[str]:
-        problems = at_least(self, 1, "mask_phrases", "decoder_layers", "max_target_length")
-        problems += at_least(self, 0, "m", "n", "generative_weight", "mlm_weight")
-        if not 0 < self.mlm_probability < 1:
-            problems.append(f"mlm_probability: must be in (0, 1), got {self.mlm_probability}")
-        if not 0 <= self.augment_ratio < 1:
-            problems.append(f"augment_ratio: must be in [0, 1), got {self.augment_ratio}")
         unknown = sorted(set(self.augment) - set(EDA_OPERATIONS))
         if unknown:
-            problems.append(f"augment: unknown {unknown}; choose from {list(EDA_OPERATIONS)}")
-        return problems
+            return [f"augment: unknown {unknown}; choose from {list(EDA_OPERATIONS)}"]
+        return []
 
 
 @dataclass

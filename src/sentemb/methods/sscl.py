@@ -28,11 +28,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Annotated, Literal
 
 import torch
 from torch import Tensor
 
+from sentemb.config import ConfigError, Range
 from sentemb.encoder import Encoder
 from sentemb.methods.base import Method, Objective, TrainState, Views, register_method
 from sentemb.methods.functional import gather_with_grad
@@ -74,16 +75,15 @@ def sscl_negatives(intermediate: Sequence[Tensor], variant: SSCLVariant) -> Tens
 class SSCLConfig:
     """Params section `sscl`."""
 
-    layers: list[int] = field(default_factory=lambda: [-2])
+    # hidden layers counted from the last (-1); the model's depth bounds them where it loads
+    layers: list[Annotated[int, Range(high=-2)]] = field(default_factory=lambda: [-2])
     variant: Literal["self", "batch"] = "batch"
     average_with_simcse: bool = True
 
     def validate(self) -> list[str]:
         problems = []
-        if not self.layers or any(layer >= -1 for layer in self.layers):
-            problems.append(
-                f"layers: must be negative indices below the last (-1), got {self.layers}"
-            )
+        if not self.layers or len(set(self.layers)) != len(self.layers):
+            problems.append(f"layers: must name distinct layers, got {self.layers}")
         if self.variant == "self" and self.average_with_simcse:
             problems.append("average_with_simcse: only meaningful with variant 'batch'")
         return problems
@@ -97,7 +97,10 @@ class SSCL(Method):
         super().__init__(config, encoder)
         layers = encoder.backbone.config.num_hidden_layers
         if any(-layer > layers for layer in config.layers):
-            raise ValueError(f"sscl.layers: {config.layers} reaches below the {layers} layers")
+            raise ConfigError(
+                f"sscl.layers: must each be in [-{layers}, -2] for this model of {layers} layers, "
+                f"got {config.layers}"
+            )
         self._added: Tensor | None = None
 
     def contribute(self, objective: Objective, views: Views, state: TrainState) -> None:

@@ -24,18 +24,19 @@ import pkgutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 
 from sentemb.config import (
     EVAL_SUITES,
     ConfigError,
+    Count,
+    Range,
+    Seed,
     UserError,
-    at_least,
     from_dict,
     section,
-    seed_range,
 )
 from sentemb.data.readers import PairSet, read_chinese, read_stsb, training_corpus
 from sentemb.encoder import ModelIdentity, model_identity
@@ -84,17 +85,20 @@ class RefinementMismatch(UserError, ValueError):
     """A saved refinement does not belong to the model (or the sets) it is applied to."""
 
 
+AtLeastTwo = Annotated[int, Range(2)]  # a fit needs two vectors
+
+
 @dataclass
 class SharedRefineConfig:
     """The keys of params section `refine` that every refinement shares."""
 
     methods: list[str] = field(default_factory=lambda: list(REFINEMENTS))
     fit_on: str = "corpus"  # v̂ and the whitening kernel: training corpus | evaluation sentences
-    corpus_size: int | None = 100_000  # first sentences of the corpus used by `fit_on: corpus`
+    corpus_size: AtLeastTwo | None = 100_000  # first sentences of the corpus for `fit_on: corpus`
     suites: list[str] = field(default_factory=lambda: list(EVAL_SUITES))  # scored refined
-    pairs: int = 10_000  # random pairs for the mean-cosine diagnostic
-    seed: int = 0
-    valid_pairs: int | None = None  # a fixed sample of each Chinese valid split (read_chinese)
+    pairs: Count = 10_000  # random pairs for the mean-cosine diagnostic
+    seed: Seed = 0
+    valid_pairs: AtLeastTwo | None = None  # a fixed sample of each Chinese valid split
 
     def validate(self) -> list[str]:
         problems = []
@@ -103,10 +107,9 @@ class SharedRefineConfig:
             problems.append(f"methods: unknown {unknown}; the refinements are {list(REFINEMENTS)}")
         if self.fit_on not in FIT_ON:
             problems.append(f"fit_on: {self.fit_on!r} is not one of {list(FIT_ON)}")
-        problems += at_least(self, 2, "corpus_size")
         if set(self.suites) - set(EVAL_SUITES):
             problems.append(f"suites: {self.suites} must be a subset of {list(EVAL_SUITES)}")
-        return problems + at_least(self, 1, "pairs", "valid_pairs") + seed_range(self, "seed")
+        return problems
 
 
 # Params section `refine`: the shared keys, then one sub-section per registered refinement

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sentemb.config import ConfigError, at_least
+from sentemb.config import ConfigError, Count, NonNegative
 from sentemb.evaluation.base import SentenceEncoder, distinct
 from sentemb.phrases import IdfTable, KeywordScorer, nltk_stopwords
 from sentemb.postprocess.base import (
@@ -50,9 +50,9 @@ class RepALConfig:
 
     mask: str = "tri"  # tri (eq. 1-3) | key (eq. 8, Table 4)
     levels: list[str] = field(default_factory=lambda: list(LEVELS))  # Table 4: each alone or both
-    keywords: int = 20  # TF-IDF keywords masked per sentence (jieba's extract_tags default)
-    lambda1: list[float] = field(default_factory=lambda: list(LAMBDA1_GRID))
-    lambda2: list[float] = field(default_factory=lambda: list(LAMBDA2_GRID))
+    keywords: Count = 20  # TF-IDF keywords masked per sentence (jieba's extract_tags default)
+    lambda1: list[NonNegative] = field(default_factory=lambda: list(LAMBDA1_GRID))
+    lambda2: list[NonNegative] = field(default_factory=lambda: list(LAMBDA2_GRID))
 
     def validate(self) -> list[str]:
         problems = []
@@ -60,7 +60,6 @@ class RepALConfig:
             problems.append(f"mask: {self.mask!r} is not one of {list(MASKS)}")
         if not self.levels or set(self.levels) - set(LEVELS):
             problems.append(f"levels: {self.levels} must be a non-empty subset of {list(LEVELS)}")
-        problems += at_least(self, 1, "keywords")
         for name in ("lambda1", "lambda2"):
             if not getattr(self, name):
                 problems.append(f"{name}: the grid is empty")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sentemb.config import ConfigError, at_least
+from sentemb.config import ConfigError, Count
 from sentemb.evaluation.base import SentenceEncoder, distinct
 from sentemb.postprocess.base import Refinement, Scalars, Tensors, register_refinement
 
@@ -24,10 +24,8 @@ RANK_TOLERANCE = 1e-10  # variances below this share of the largest count as zer
 class WhiteningConfig:
     """Params section `refine.whitening`."""
 
-    dim: int | None = None  # keep the first k whitened dimensions (Su et al. §3); null = all
-
-    def validate(self) -> list[str]:
-        return at_least(self, 1, "dim")
+    # keep the first k whitened dimensions (Su et al. §3); null = all; at most the model's width
+    dim: Count | None = None
 
 
 @dataclass
@@ -41,6 +39,11 @@ class Whitening:
     def fit(cls, vectors: np.ndarray, dim: int | None = None) -> Whitening:
         """μ and W = U Λ^(-1/2) (first `dim` columns) from the rows of `vectors` (eq. 5-8)."""
         x = np.asarray(vectors, dtype=np.float64)
+        if dim is not None and dim > x.shape[1]:
+            raise ConfigError(
+                f"refine.whitening.dim: {dim} is more than the {x.shape[1]} dimensions of the "
+                "model's vectors; lower it (null keeps them all)"
+            )
         if len(x) < 2:
             raise ConfigError(
                 f"refine.whitening: fitting needs 2 or more vectors, got {len(x)}; fit it on more "

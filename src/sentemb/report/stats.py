@@ -19,11 +19,12 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 from scipy.stats import rankdata, ttest_rel
 
-from sentemb.config import at_least, seed_range
+from sentemb.config import Count, NonNegative, Range, Seed
 
 NO_DIFFERENCE = "no significant difference"
 NOISE = "noise"
@@ -34,18 +35,17 @@ CHUNK = 100  # bootstrap replicates scored at once (bounds memory on the 20k-pai
 class CompareConfig:
     """Params section `compare`."""
 
-    resamples: int = 1000
-    confidence: float = 0.95
-    seed: int = 0
-    bins: list[float] = field(default_factory=lambda: [0.0, 1.0, 2.0, 3.0, 4.0, 5.0])
-    noise: float = 0.07  # score points; docs/protocol.md: which results are bit-identical
+    resamples: Count = 1000
+    confidence: Annotated[float, Range(0, 1, open_low=True, open_high=True)] = 0.95
+    seed: Seed = 0
+    # gold-score bin edges of the STS-B cosine density plot
+    bins: list[Annotated[float, Range(0, 5)]] = field(
+        default_factory=lambda: [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    )
+    noise: NonNegative = 0.07  # score points; docs/protocol.md: which results are bit-identical
 
     def validate(self) -> list[str]:
         problems = []
-        problems += at_least(self, 0, "noise") + at_least(self, 1, "resamples")
-        problems += seed_range(self, "seed")
-        if not 0 < self.confidence < 1:
-            problems.append(f"confidence: must be in (0, 1), got {self.confidence}")
         if len(self.bins) < 2 or any(b >= c for b, c in itertools.pairwise(self.bins)):
             problems.append(f"bins: must be at least 2 increasing edges, got {self.bins}")
         return problems

@@ -5,58 +5,41 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
-from sentemb.config import at_least
+from sentemb.config import Count, NonNegative, NonNegativeInt, Range
 
 DEVICES = r"auto|cpu|cuda(:\d+)?"  # whether the machine has it is checked where training starts
 # AdamW's first update is learning_rate / (1 - beta1) = 10 x learning_rate, which must be a float32
 FLOAT32_MAX = 3.4028234663852886e38  # torch.finfo(torch.float32).max, without importing torch
 MAX_LEARNING_RATE = FLOAT32_MAX / 10
+WHY = "AdamW's first step, 10 x learning_rate, must be a float32"
+LearningRate = Annotated[float, Range(0, MAX_LEARNING_RATE, open_low=True, open_high=True, why=WHY)]
 
 
 @dataclass
 class TrainConfig:
     """Params section `train` (unsupervised SimCSE's defaults)."""
 
-    max_length: int = 32
-    batch_size: int = 64
-    learning_rate: float = 3e-5
-    epochs: int = 1
-    max_steps: int | None = None
-    weight_decay: float = 0.0
-    warmup_steps: int = 0
+    max_length: Count = 32  # checked against the model's tokens and positions where it loads
+    batch_size: Count = 64
+    learning_rate: LearningRate = 3e-5
+    epochs: Count = 1
+    max_steps: Count | None = None
+    weight_decay: NonNegative = 0.0
+    warmup_steps: NonNegativeInt = 0
     pooler: str = "cls_before_pooler"
     mlp_head: bool = True
     eval_pooler: str = "cls_before_pooler"
-    eval_steps: int = 125
+    eval_steps: Count = 125
     selection: Literal["stsb", "stsb+sick"] = "stsb"
-    checkpoint_steps: int = 50
-    log_steps: int = 10
+    checkpoint_steps: Count = 50
+    log_steps: Count = 10
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     device: str = "auto"
     corpus: Literal["wiki", "sts"] = "wiki"
 
     def validate(self) -> list[str]:
-        problems = at_least(
-            self,
-            1,
-            "max_length",
-            "batch_size",
-            "epochs",
-            "max_steps",
-            "eval_steps",
-            "checkpoint_steps",
-            "log_steps",
-        )
-        problems += at_least(self, 0, "warmup_steps", "weight_decay")
-        if not 0 < self.learning_rate < MAX_LEARNING_RATE:
-            problems.append(
-                f"learning_rate: must be > 0 and < {MAX_LEARNING_RATE:.3g} (AdamW's first step, "
-                f"10 x learning_rate, must be a float32), got {self.learning_rate}"
-            )
         if not re.fullmatch(DEVICES, self.device):
-            problems.append(
-                f"device: {self.device!r} is not a device; use auto, cpu, cuda or cuda:<index>"
-            )
-        return problems
+            return [f"device: {self.device!r} is not a device; use auto, cpu, cuda or cuda:<index>"]
+        return []

@@ -195,6 +195,12 @@ class Trainer:
         self.steps_per_epoch = len(self.sentences) // config.batch_size
         self.order: tuple[int, torch.Tensor] = (-1, torch.empty(0, dtype=torch.long))
         self.total_steps = config.max_steps or config.epochs * self.steps_per_epoch
+        if config.warmup_steps >= self.total_steps > 0:
+            raise ConfigError(
+                f"train.warmup_steps: {config.warmup_steps} is not below the run's "
+                f"{self.total_steps} steps: the learning rate would never reach "
+                "train.learning_rate; lower it"
+            )
         trainable = [p for m in (self.encoder, self.head, self.method) for p in m.parameters()]
         self.params = [p for p in trainable if p.requires_grad]
         self.optimizer = torch.optim.AdamW(

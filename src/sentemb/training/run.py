@@ -23,6 +23,7 @@ from sentemb.evaluation.sts import STSConfig, STSEvaluator
 from sentemb.methods import CombinedMethod
 from sentemb.methods.paser import PaSeRConfig
 from sentemb.model_config import ModelConfig
+from sentemb.phrases import PhrasesConfig
 from sentemb.training.checkpoint import files_hash, lines_hash, source_hash
 from sentemb.training.config import TrainConfig
 from sentemb.training.loop import Trainer, TrainResult
@@ -168,7 +169,14 @@ def prepare(spec: str, seed: int, params: Mapping[str, Any], data: Path) -> Trai
     )
     hashes = {"corpus": lines_hash(sentences), "dev": files_hash(dev_files(data, config.selection))}
     if "paser" in names:
-        phrases = Path(section(params, "paser", PaSeRConfig).phrases)
+        paser = section(params, "paser", PaSeRConfig)
+        top_k = section(params, "phrases", PhrasesConfig).top_k
+        if paser.mask_phrases > top_k:
+            raise ConfigError(
+                f"paser.mask_phrases: {paser.mask_phrases} is more than the {top_k} phrases the "
+                "phrases stage keeps per sentence (phrases.top_k): raise phrases.top_k or lower it"
+            )
+        phrases = Path(paser.phrases)
         if not phrases.is_file():
             raise ConfigError(f"paser.phrases: {phrases}: not found; run the phrases stage first")
         hashes["phrases"] = files_hash([phrases])
@@ -181,6 +189,7 @@ def prepare(spec: str, seed: int, params: Mapping[str, Any], data: Path) -> Trai
         pooler_param="train.pooler",
     )
     check_pooler(config.eval_pooler, "train.eval_pooler", backbone=encoder.backbone)
+    encoder.check_length(config.max_length, "train.max_length")
     weights = model_identity(model_config.name_or_path, encoder).sha256
     method = CombinedMethod(spec, params, encoder, seed)
     method.check_corpus(sentences)  # PaSeR's phrases must be those of this corpus
