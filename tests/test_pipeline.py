@@ -219,7 +219,7 @@ def stale_report(stale: dict[str, list[str]]) -> str:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 33's changes to stage code and params (from 3e3a1e0) stale dvc.lock until the "
+    reason="issue 33's changes to stage code and params (from 5b37692) stale dvc.lock until the "
     "full rerun of issue 34 refreshes it",
 )
 def test_lock_matches_code_and_params() -> None:
