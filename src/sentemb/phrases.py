@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 from tqdm.auto import tqdm
 
 from sentemb.config import ConfigError, Count, NonNegativeInt
-from sentemb.data.readers import DataFormatError
+from sentemb.data.readers import DataFormatError, is_blank, iter_lines
 from sentemb.io import atomic_path
 from sentemb.tfidf import WORD_PATTERN, jieba_words, quiet_jieba
 
@@ -309,16 +309,19 @@ def read_idf(folder: Path) -> IdfTable:
 
 
 def read_phrase_spans(path: Path) -> dict[str, list[tuple[int, int]]]:
-    """Sentence -> character spans of its ranked phrases, from a `rake.jsonl`."""
+    """Sentence -> character spans of its ranked phrases, from a `rake.jsonl` (read as every data
+    file is: `sentemb.data.readers`; blank lines are skipped, an empty file is an error)."""
+    if not path.is_file():
+        raise DataFormatError(f"{path}: not found; run the phrases stage first")
     spans: dict[str, list[tuple[int, int]]] = {}
-    try:
-        with path.open(encoding="utf-8") as f:
-            for lineno, line in enumerate(f, start=1):
-                try:
-                    sentence, phrases = json.loads(line)
-                    spans[sentence] = [(int(p[2]), int(p[3])) for p in phrases]
-                except (ValueError, TypeError, IndexError) as err:
-                    raise DataFormatError(f"{path}:{lineno}: not a RAKE record: {err}") from err
-    except FileNotFoundError as err:
-        raise DataFormatError(f"{path}: not found; run the phrases stage first") from err
+    for lineno, line in enumerate(iter_lines(path), start=1):
+        if is_blank(line):
+            continue
+        try:
+            sentence, phrases = json.loads(line)
+            spans[sentence] = [(int(p[2]), int(p[3])) for p in phrases]
+        except (ValueError, TypeError, IndexError) as err:
+            raise DataFormatError(f"{path}:{lineno}: not a RAKE record: {err}") from err
+    if not spans:
+        raise DataFormatError(f"{path}: file is empty")
     return spans

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 
 import pytest
@@ -181,10 +182,88 @@ def test_corpus_bad_byte_is_named_at_its_line_past_the_first_block(tmp_path: Pat
 
 
 def test_corpus_lines_are_those_of_read_lines(tmp_path: Path) -> None:
-    """BOM dropped, split on \\n only (a lone \\r stays inside its line), \\r\\n as \\n."""
+    """BOM dropped; \\n, \\r\\n and a lone \\r each end a line; NEL and U+2028 do not."""
     path = _write(
-        tmp_path, "corpus/train.txt", b"\xef\xbb\xbfFirst.\nSecond\rpart.\r\n\n third \r\n"
+        tmp_path,
+        "corpus/train.txt",
+        "\ufeffFirst.\nSecond\rpart.\r\n\n third \r\nfour\x85th\u2028line\n".encode(),
     )
     expected = [line.strip() for line in readers.read_lines(path) if line.strip()]
-    assert expected == ["First.", "Second\rpart.", "third"]
+    assert expected == ["First.", "Second", "part.", "third", "four\x85th\u2028line"]
     assert list(readers.read_corpus(path)) == expected
+
+
+# The three examples of issue 33; their classes are covered in test_readers_fuzz.py.
+
+
+@pytest.mark.parametrize(
+    ("files", "read", "where"),
+    [
+        (
+            {"senteval_cn/STS-B/STS-B.test.data": "一个\t两个\t1\n   \t   \t4.4\n"},
+            lambda root: readers.read_chinese(root, "STS-B", "test"),
+            "senteval_cn/STS-B/STS-B.test.data:2: sentence 1 is blank",
+        ),
+        (
+            {
+                f"{SENTEVAL_DIR}/STS/STS13-en-test/STS.input.FNWN.txt": "a\tb\n \u200b\t\u2060\n",
+                f"{SENTEVAL_DIR}/STS/STS13-en-test/STS.gs.FNWN.txt": "1.0\n4.4\n",
+            },
+            lambda root: readers.read_sts_subset(root, "STS13", "FNWN"),
+            "STS.input.FNWN.txt:2: sentence 1 of a scored pair is blank",
+        ),
+    ],
+)
+def test_blank_sentence_with_a_gold_score_is_an_error(
+    tmp_path: Path, files: dict[str, str], read, where: str
+) -> None:
+    for rel, text in files.items():
+        _write(tmp_path, rel, text)
+    with pytest.raises(readers.DataFormatError) as err:
+        read(tmp_path)
+    assert str(err.value).endswith(where)
+
+
+def test_utf8_bom_is_dropped_from_a_latin1_file(tmp_path: Path) -> None:
+    _write(tmp_path, f"{SENTEVAL_DIR}/MR/rt-polarity.pos", b"\xef\xbb\xbfa fine film\n")
+    _write(tmp_path, f"{SENTEVAL_DIR}/MR/rt-polarity.neg", b"\xef\xbb\xbfa dull\x85 film\n")
+    assert readers.read_binary(tmp_path, "MR").sentences == ["a fine film", "a dull\x85 film"]
+
+
+def test_zero_width_only_lines_are_not_corpus_sentences(tmp_path: Path) -> None:
+    text = "\u200b\n\u200c\u200d\nA\u200bsentence.\n\ufeff \u2060\n\u00ad\u3000\n"
+    path = _write(tmp_path, "corpus/train.txt", text)
+    assert list(readers.read_corpus(path)) == ["A\u200bsentence."]
+    blank = _write(tmp_path, "corpus/blank.txt", "\u200b\n \u2060 \n")
+    with pytest.raises(readers.DataFormatError, match=r"blank\.txt: file is empty"):
+        list(readers.read_corpus(blank))
+
+
+def test_utf16_without_a_bom_is_a_nul_error(tmp_path: Path) -> None:
+    path = _write(tmp_path, "corpus/train.txt", "A sentence.\n".encode("utf-16-le"))
+    with pytest.raises(readers.DataFormatError) as err:
+        list(readers.read_corpus(path))
+    assert str(err.value) == f"{path}:1: NUL character in a text file"
+
+
+def test_the_mirror_keeps_its_zero_width_characters(mirror: Path) -> None:
+    """The real files hold format characters inside sentences (BQ: U+200D, ATEC and LCQMC: a
+    U+FEFF starting a sentence, the wiki corpus: U+200C, U+2060): kept as they are."""
+    assert sum(s.count("\u200d") for s in readers.read_chinese(mirror, "BQ", "test").first) > 0
+    atec = readers.read_chinese(mirror, "ATEC", "test")
+    assert sum(s.startswith("\ufeff") for s in atec.first) == 2
+    corpus = list(readers.read_corpus(mirror / "corpus" / "wiki1m_for_simcse.head.txt"))
+    assert sum("\u200c" in s for s in corpus) == 1 and sum("\u2060" in s for s in corpus) == 2
+
+
+def _askubuntu(root: Path, titles: bytes) -> None:
+    _write(root, "askubuntu/text_tokenized.txt.gz", gzip.compress(titles))
+    _write(root, "askubuntu/test.txt", "1\t2\t1 2\t0 0\n")
+
+
+def test_askubuntu_blank_title_is_no_title(tmp_path: Path) -> None:
+    _askubuntu(tmp_path, "1\ta title\tbody\n2\t\u200b \tbody\n3\t \n2\tlater\n".encode())
+    assert readers.read_askubuntu(tmp_path).titles == {"1": "a title", "2": "later"}
+    _askubuntu(tmp_path, "1\ta title\n2\t\u200b \tbody\n".encode())
+    with pytest.raises(readers.DataFormatError, match=r"test\.txt:1: question id '2' has no title"):
+        readers.read_askubuntu(tmp_path)

@@ -21,6 +21,7 @@ from importlib import resources
 from pathlib import Path
 
 from sentemb.config import Count, Positive, UserError
+from sentemb.data.readers import read_corpus
 from sentemb.data.sources import DATASETS, Dataset, RemoteFile
 from sentemb.io import atomic_path, write_json
 
@@ -165,20 +166,13 @@ def _read_member(archive: Path, member: str) -> bytes:
 
 
 def cap_corpus(source: Path, target: Path, size: int) -> int:
-    """Write the first `size` non-empty lines of `source` to `target`; return how many."""
+    """Write the first `size` sentences of `source`, as `read_corpus` reads them, to `target`;
+    return how many."""
     count = 0
-    with (
-        atomic_path(target) as tmp,
-        source.open(encoding="utf-8") as src,
-        tmp.open("w", encoding="utf-8") as out,
-    ):
-        for line in src:
-            if count == size:
-                break
-            line = line.strip()
-            if line:
-                out.write(line + "\n")
-                count += 1
+    with atomic_path(target) as tmp, tmp.open("w", encoding="utf-8") as out:
+        for sentence in read_corpus(source, size):
+            out.write(sentence + "\n")
+            count += 1
     return count
 
 

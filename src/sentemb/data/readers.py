@@ -1,13 +1,49 @@
-"""Readers for the real benchmark files, in the layouts of the SentEval and senteval_cn archives.
+r"""Readers for the real benchmark files, in the layouts of the SentEval and senteval_cn archives.
 
-Every malformed line is one `DataFormatError` that names the file and line. Lines are split on
-``\\n`` only: MR is latin-1 and contains byte 0x85, which `str.splitlines` would take as a break.
+Every data text file (these readers, the download stage's corpus cap, the TF-IDF corpus, the
+phrases stage's `rake.jsonl`) is read by `iter_lines`, under one policy:
+
+| in a file                                   | every reader                                       |
+|---------------------------------------------|----------------------------------------------------|
+| ``\n``, ``\r\n``, a lone ``\r``             | a line break, all alike (line numbers count each)  |
+| NEL ``\x85``, U+2028, U+2029, ``\v``,       | text, not a break (MR is latin-1: its byte 0x85 is |
+| ``\f``, ``\x1c``-``\x1f``                   | text); whitespace                                  |
+| a UTF-8 BOM at the start of the file        | dropped, in UTF-8 and in latin-1 files             |
+| a UTF-16 or UTF-32 BOM at the start         | an error naming that encoding                      |
+| NUL; bytes not valid in the file's encoding | an error                                           |
+| zero-width and other format characters      | kept where they are, but no content: a line or     |
+| (Unicode Cf: U+200B-U+200D, U+2060, U+FEFF  | field of only these and whitespace is blank        |
+| inside a line, soft hyphen, ...)            |                                                    |
+| a blank line or field: nothing, whitespace  | see the table below                                |
+| (`str.isspace`) and format characters only  |                                                    |
+| whitespace at the edges of a field          | stripped where a line is one text (corpus, MR/CR/  |
+|                                             | SUBJ/MPQA, SST-2, TREC, QQP, titles); kept by the  |
+|                                             | others (some SICK sentences end in a space)        |
+
+| reader                         | blank line          | blank sentence     | blank score, label |
+|--------------------------------|---------------------|--------------------|--------------------|
+| STS12-16 (input and gold file) | (*)                 | error              | pair skipped       |
+| STS-B, SICK, MRPC, senteval_cn | skipped             | error              | error              |
+| SST-2, TREC                    | skipped             | error              | error              |
+| MR, CR, SUBJ, MPQA             | the example "" (**) | -                  | -                  |
+| QQP                            | skipped             | the row is skipped | error              |
+| AskUbuntu                      | skipped             | title: none (***)  | error              |
+| corpus, `rake.jsonl`           | skipped             | -                  | -                  |
+
+(*) Line i of the input file and line i of the gold file are one pair: a blank gold line skips
+it, a blank input line with a score is an error. (**) CR and MPQA have a few blank lines, which
+SentEval keeps as examples and embeds as ".". (***) An id whose title is blank has none: a query
+or candidate without one is an error, and so is a blank id.
+
+Every error is one `DataFormatError` naming the file and line, and nothing is returned.
 """
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import math
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +52,13 @@ import numpy as np
 
 from sentemb.config import UserError
 from sentemb.data.sources import SENTEVAL_DIR, STS_SUBSETS, TRANSFER_FILES
+
+WIDE_BOMS = {  # UTF-32 first: the UTF-32-LE mark starts with the UTF-16-LE one
+    codecs.BOM_UTF32_LE: "UTF-32-LE",
+    codecs.BOM_UTF32_BE: "UTF-32-BE",
+    codecs.BOM_UTF16_LE: "UTF-16-LE",
+    codecs.BOM_UTF16_BE: "UTF-16-BE",
+}
 
 
 class DataFormatError(UserError, ValueError):
@@ -49,32 +92,56 @@ class LabelledSentences:
         return len(self.labels)
 
 
-def _iter_lines(path: Path, encoding: str = "utf-8") -> Iterator[str]:
-    """Stream the lines of `path` (gunzipped if ``.gz``), split on ``\\n`` only, each decoded alone.
+def iter_lines(path: Path, encoding: str = "utf-8") -> Iterator[str]:
+    """Stream the lines of `path` (gunzipped if ``.gz``) under the policy above, each decoded alone.
 
-    A line loses its ``\\n`` and a trailing ``\\r``; a UTF-8 file loses its BOM. A missing file or
-    an undecodable line is a `DataFormatError` naming the file (and line).
+    Lines break at ``\\n``, ``\\r\\n`` and a lone ``\\r``, which a line loses; a UTF-8 BOM at the
+    start is dropped. A missing file, a UTF-16/32 BOM, a NUL or an undecodable line is a
+    `DataFormatError` naming the file (and line). Line numbers count every break.
     """
     if not path.is_file():
         raise DataFormatError(f"{path}: file not found")
     with gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb") as f:
-        for lineno, raw in enumerate(f, start=1):
-            try:
-                line = raw.decode(encoding)
-            except UnicodeDecodeError as err:
+        head = f.peek(4)[:4]
+        for bom, name in WIDE_BOMS.items():
+            if head.startswith(bom):
                 raise DataFormatError(
-                    f"{path}:{lineno}: not valid {encoding}: {err.reason}"
-                ) from err
-            if lineno == 1 and encoding == "utf-8":
-                line = line.removeprefix("\ufeff")
-            yield line.removesuffix("\n").removesuffix("\r")
+                    f"{path}:1: starts with a {name} byte-order mark; convert it to {encoding}"
+                )
+        if head.startswith(codecs.BOM_UTF8):
+            f.read(len(codecs.BOM_UTF8))
+        lineno = 0
+        for raw in f:
+            for piece in raw.removesuffix(b"\n").removesuffix(b"\r").split(b"\r"):
+                lineno += 1
+                if b"\0" in piece:
+                    raise DataFormatError(f"{path}:{lineno}: NUL character in a text file")
+                try:
+                    line = piece.decode(encoding)
+                except UnicodeDecodeError as err:
+                    raise DataFormatError(
+                        f"{path}:{lineno}: not valid {encoding}: {err.reason}"
+                    ) from err
+                yield line
+
+
+def is_blank(text: str) -> bool:
+    """Whether `text` has no content: only whitespace and format (zero-width) characters."""
+    return all(ch.isspace() or unicodedata.category(ch) == "Cf" for ch in text)
+
+
+def non_blank(text: str, what: str, path: Path, lineno: int) -> str:
+    """`text` unchanged, or an error naming the file and line when it is blank."""
+    if is_blank(text):
+        raise DataFormatError(f"{path}:{lineno}: {what} is blank")
+    return text
 
 
 def read_lines(path: Path, encoding: str = "utf-8") -> list[str]:
-    """The lines of `path` as `_iter_lines` gives them; a missing, undecodable or empty file is an
+    """The lines of `path` as `iter_lines` gives them; a missing, undecodable or blank file is an
     error."""
-    lines = list(_iter_lines(path, encoding))
-    if not any(line.strip() for line in lines):
+    lines = list(iter_lines(path, encoding))
+    if all(is_blank(line) for line in lines):
         raise DataFormatError(f"{path}: file is empty")
     return lines
 
@@ -103,7 +170,7 @@ def split_columns(line: str, path: Path, lineno: int, count: int, exact: bool = 
 
 def _data_lines(lines: list[str], skip_header: bool) -> Iterator[tuple[int, str]]:
     for lineno, line in enumerate(lines, start=1):
-        if (skip_header and lineno == 1) or not line.strip():
+        if (skip_header and lineno == 1) or is_blank(line):
             continue
         yield lineno, line
 
@@ -117,11 +184,11 @@ def read_sts_subset(root: Path, year: str, subset: str) -> PairSet:
         raise DataFormatError(f"{gold_path}: {len(golds)} lines but {input_path} has {len(inputs)}")
     pairs = PairSet()
     for lineno, (pair, gold) in enumerate(zip(inputs, golds, strict=True), start=1):
-        if not gold.strip():
+        if is_blank(gold):
             continue
         first, second = split_columns(pair, input_path, lineno, 2, exact=False)[:2]
-        pairs.first.append(first)
-        pairs.second.append(second)
+        pairs.first.append(non_blank(first, "sentence 1 of a scored pair", input_path, lineno))
+        pairs.second.append(non_blank(second, "sentence 2 of a scored pair", input_path, lineno))
         pairs.scores.append(parse_score(gold.strip(), gold_path, lineno, 0.0, 5.0))
     return pairs
 
@@ -138,8 +205,8 @@ def read_stsb(root: Path, split: str) -> PairSet:
     for lineno, line in _data_lines(read_lines(path), skip_header=False):
         columns = split_columns(line, path, lineno, 7, exact=False)
         pairs.scores.append(parse_score(columns[4], path, lineno, 0.0, 5.0))
-        pairs.first.append(columns[5])
-        pairs.second.append(columns[6])
+        pairs.first.append(non_blank(columns[5], "sentence 1", path, lineno))
+        pairs.second.append(non_blank(columns[6], "sentence 2", path, lineno))
     return pairs
 
 
@@ -152,8 +219,8 @@ def read_sick(root: Path, split: str) -> PairSet:
     pairs = PairSet()
     for lineno, line in _data_lines(lines, skip_header=True):
         columns = split_columns(line, path, lineno, 5)
-        pairs.first.append(columns[1])
-        pairs.second.append(columns[2])
+        pairs.first.append(non_blank(columns[1], "sentence A", path, lineno))
+        pairs.second.append(non_blank(columns[2], "sentence B", path, lineno))
         pairs.scores.append(parse_score(columns[3], path, lineno, 1.0, 5.0))
     return pairs
 
@@ -167,7 +234,7 @@ def read_binary(root: Path, task: str) -> LabelledSentences:
     data = LabelledSentences()
     for label, rel in zip((1, 0), TRANSFER_FILES[task], strict=True):
         for line in read_lines(root / SENTEVAL_DIR / rel, "latin-1"):
-            data.sentences.append(line.strip())
+            data.sentences.append("" if is_blank(line) else line.strip())
             data.labels.append(label)
     return data
 
@@ -180,7 +247,7 @@ def read_sst2(root: Path, split: str) -> LabelledSentences:
         sentence, label = split_columns(line, path, lineno, 2)
         if label.strip() not in ("0", "1"):
             raise DataFormatError(f"{path}:{lineno}: label {label!r} is not 0 or 1")
-        data.sentences.append(sentence.strip())
+        data.sentences.append(non_blank(sentence, "the sentence", path, lineno).strip())
         data.labels.append(int(label))
     return data
 
@@ -196,7 +263,7 @@ def read_trec(root: Path, split: str) -> LabelledSentences:
     for lineno, line in _data_lines(read_lines(path, "latin-1"), skip_header=False):
         label, _, question = line.strip().partition(" ")
         coarse = label.split(":")[0]
-        if coarse not in TREC_CLASSES or not question:
+        if coarse not in TREC_CLASSES or is_blank(question):
             raise DataFormatError(f"{path}:{lineno}: expected 'COARSE:fine question', got {line!r}")
         data.sentences.append(question)
         data.labels.append(TREC_CLASSES.index(coarse))
@@ -214,8 +281,8 @@ def read_mrpc(root: Path, split: str) -> tuple[PairSet, list[int]]:
         columns = split_columns(line, path, lineno, 5)
         if columns[0] not in ("0", "1"):
             raise DataFormatError(f"{path}:{lineno}: label {columns[0]!r} is not 0 or 1")
-        pairs.first.append(columns[3])
-        pairs.second.append(columns[4])
+        pairs.first.append(non_blank(columns[3], "#1 String", path, lineno))
+        pairs.second.append(non_blank(columns[4], "#2 String", path, lineno))
         pairs.scores.append(float(columns[0]))
         labels.append(int(columns[0]))
     return pairs, labels
@@ -231,8 +298,8 @@ def read_chinese(root: Path, name: str, split: str, max_pairs: int | None = None
     pairs = PairSet()
     for lineno, line in _data_lines(read_lines(path), skip_header=False):
         first, second, label = split_columns(line, path, lineno, 3)
-        pairs.first.append(first)
-        pairs.second.append(second)
+        pairs.first.append(non_blank(first, "sentence 1", path, lineno))
+        pairs.second.append(non_blank(second, "sentence 2", path, lineno))
         pairs.scores.append(parse_score(label, path, lineno, 0.0, high))
     if max_pairs is None or len(pairs) <= max_pairs:
         return pairs
@@ -242,15 +309,15 @@ def read_chinese(root: Path, name: str, split: str, max_pairs: int | None = None
 
 
 def read_corpus(path: Path, limit: int | None = None) -> Iterator[str]:
-    """Stream the non-empty lines of a one-sentence-per-line corpus (UTF-8, see `_iter_lines`)."""
+    """Stream the non-blank lines of a one-sentence-per-line corpus (UTF-8), stripped, at most
+    `limit` of them; a corpus without one is an error."""
     count = 0
-    for line in _iter_lines(path):
+    for line in iter_lines(path):
         if limit is not None and count >= limit:
             return
-        sentence = line.strip()
-        if sentence:
+        if not is_blank(line):
             count += 1
-            yield sentence
+            yield line.strip()
     if count == 0:
         raise DataFormatError(f"{path}: file is empty")
 
@@ -267,7 +334,7 @@ def read_qqp(root: Path, splits: tuple[str, ...] | list[str] = ("train", "dev"))
 
     Each file has the header row `id qid1 qid2 question1 question2 is_duplicate`, then six
     tab-separated columns per row. A row with another number of columns or a label other than 0/1
-    is a `DataFormatError` naming the file and line. A handful of GLUE rows have an empty question:
+    is a `DataFormatError` naming the file and line. A handful of GLUE rows have a blank question:
     they are skipped (there is nothing to retrieve or rank), not an error. Splits are concatenated.
     """
     pairs = PairSet()
@@ -282,7 +349,7 @@ def read_qqp(root: Path, splits: tuple[str, ...] | list[str] = ("train", "dev"))
             if label not in ("0", "1"):
                 raise DataFormatError(f"{path}:{lineno}: label {columns[5]!r} is not 0 or 1")
             first, second = columns[3].strip(), columns[4].strip()
-            if not first or not second:
+            if is_blank(first) or is_blank(second):
                 continue
             pairs.first.append(first)
             pairs.second.append(second)
@@ -311,15 +378,15 @@ def read_askubuntu_texts(root: Path) -> dict[str, str]:
     """Question id -> title from `askubuntu/text_tokenized.txt.gz` (`id TAB title TAB body`).
 
     Titles are already tokenized and lower-cased in the release; a repeated id keeps its first.
+    A blank title is no title (`read_askubuntu` refuses an id it uses without one).
     """
     path = root / ASKUBUNTU_DIR / "text_tokenized.txt.gz"
     titles: dict[str, str] = {}
     for lineno, line in _data_lines(read_lines(path), skip_header=False):
         columns = split_columns(line, path, lineno, 2, exact=False)
-        qid = columns[0].strip()
-        if not qid:
-            raise DataFormatError(f"{path}:{lineno}: empty question id")
-        titles.setdefault(qid, columns[1].strip())
+        qid = non_blank(columns[0], "the question id", path, lineno).strip()
+        if not is_blank(columns[1]):
+            titles.setdefault(qid, columns[1].strip())
     return titles
 
 
@@ -340,7 +407,7 @@ def read_askubuntu(root: Path, split: str = "test") -> RerankingSet:
         query = columns[0].strip()
         similar = list(dict.fromkeys(columns[1].split()))
         candidates = list(dict.fromkeys(columns[2].split()))
-        if not query or not candidates:
+        if is_blank(query) or not candidates:
             raise DataFormatError(f"{path}:{lineno}: expected a query id and candidate ids")
         unknown = [q for q in (query, *candidates) if q not in titles]
         if unknown:

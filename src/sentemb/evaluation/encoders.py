@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from sentemb.config import section
+from sentemb.data.readers import read_corpus
 from sentemb.encoder import Encoder
 from sentemb.evaluation.base import SentenceEncoder
 from sentemb.evaluation.chinese import ChineseConfig
@@ -27,7 +28,7 @@ def load_encoder(name: str, language: str, params: dict[str, Any], data: Path) -
         corpus_file = data / "corpus" / "train.txt"
         corpus = None
         if language == "en" and corpus_file.is_file():
-            corpus = corpus_file.read_text(encoding="utf-8").splitlines()
+            corpus = list(read_corpus(corpus_file))
         return TfidfEncoder(language, section(params, "tfidf", TfidfConfig), corpus)
     model = section(params, "model", ModelConfig)
     pooler, pooler_param, param = model.pooler, "model.pooler", "model.name_or_path"
