@@ -8,10 +8,12 @@ the run key, model selection on the dev sets, the metrics and the model card.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -151,7 +153,7 @@ def prepare(spec: str, seed: int, params: Mapping[str, Any], data: Path) -> Trai
     then load the model and build the method and the run key: everything that defines the run
     (params of every part, data hashes, the model's weights, the code), so a checkpoint resumes
     only the same run."""
-    run_plan(params)  # a string `methods` would make DVC's matrix run one stage per character
+    run_plan(params)  # the experiment's method and seeds are valid, whichever runs here
     names = parse_spec(spec)
     spec = "+".join(names)
     if seed not in SEEDS:
@@ -207,3 +209,14 @@ def prepare(spec: str, seed: int, params: Mapping[str, Any], data: Path) -> Trai
     return TrainingJob(
         spec, seed, model_config, config, sentences, corpus, encoder, method, run_key, dev
     )
+
+
+def torchrun(nproc: int) -> NoReturn:
+    """Replace this process by `torchrun --standalone --nproc-per-node=<nproc>` running the same
+    command (signals and the exit status are then torchrun's): `train.nproc` launches the
+    processes itself, so DVC records the stage as usual."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command += [f"--nproc-per-node={nproc}", *sys.argv]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, command)
