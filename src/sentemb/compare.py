@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sentemb.cli import Parser, run_stage
+from sentemb.cli import Parser, points, run_stage
 from sentemb.config import UserError, section
 from sentemb.report.compare import compare
 from sentemb.report.markdown import comparison
@@ -49,7 +49,7 @@ def experiment(name: str, repo: Path) -> Experiment:
     """The experiment of revision `name` (`workspace`: the working folder)."""
     if name == WORKSPACE:
         return load(folder_reader(repo), name)
-    return load(revision_reader(resolve(name, repo), repo), name)
+    return load(revision_reader(resolve(name, repo), repo, name), name)
 
 
 def parser() -> Parser:
@@ -57,7 +57,7 @@ def parser() -> Parser:
     parser.revision("a_rev", help="the baseline: a revision or experiment")
     parser.revision("b_rev", nargs="?", default=WORKSPACE, help="default: the workspace")
     parser.add_argument("--tasks", action="store_true", help="every task, not only averages")
-    parser.add_argument("--noise", type=float, help="score points (default compare.noise)")
+    parser.add_argument("--noise", type=points, help="score points (default compare.noise)")
     return parser
 
 

@@ -21,14 +21,13 @@ x 100). Other metrics (losses, counts, λs, alignment) are shown without a label
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from sentemb.cli import Parser, run_stage
+from sentemb.cli import Parser, points, run_stage
 from sentemb.config import UserError, load_params, section
 from sentemb.evaluation.suites import SUITES
 from sentemb.io import leaves
@@ -170,7 +169,7 @@ def parser() -> Parser:
     parser = Parser(__doc__)
     parser.revision("a_rev", nargs="?", default="HEAD", help="old revision (default HEAD)")
     parser.revision("b_rev", nargs="?", help="new revision (default the workspace)")
-    parser.add_argument("--noise", type=float, help="score points (default compare.noise)")
+    parser.add_argument("--noise", type=points, help="score points (default compare.noise)")
     parser.add_argument("--all", action="store_true", help="every metrics file under metrics/")
     parser.input("--params", default="params.yaml", folder=False)
     return parser
@@ -181,8 +180,6 @@ def main() -> None:
     noise = args.noise
     if noise is None:
         noise = section(load_params(args.params), "compare", CompareConfig).noise
-    elif not 0 <= noise < math.inf:
-        raise MetricsDiffError(f"--noise: must be a finite number >= 0, got {noise}")
     revisions = [args.a_rev, *([args.b_rev] if args.b_rev else [])]
     rows = details(args.a_rev, args.b_rev) if args.all else changes(dvc_metrics_diff(revisions))
     print(table(rows, noise, args.a_rev, args.b_rev or "workspace"))

@@ -79,28 +79,25 @@ def folder_reader(root: Path) -> Reader:
     return read
 
 
-def revision_reader(revision: str, repo: Path = Path()) -> Reader:
-    """The files of `revision` (a commit, branch or DVC experiment's commit) of the repository
-    at `repo`: committed files from git, DVC outputs from its cache or, where configured, its
-    default remote. One that neither has is an error saying which `dvc` command gets it."""
+def revision_reader(revision: str, repo: Path = Path(), label: str | None = None) -> Reader:
+    """The files of `revision` (a commit, branch or DVC experiment's commit; `label`: how the
+    user named it) of the repository at `repo`: committed files from git, DVC outputs from its
+    cache or, where configured, its default remote. One that neither has is an error saying
+    which `dvc` command gets it."""
     from dvc.api import DVCFileSystem
 
     fs = DVCFileSystem(str(repo), rev=revision)
+    name = label or revision
 
     def read(path: str) -> bytes:
         try:
             return fs.read_bytes(path)
-        except FileNotFoundError as err:
+        except Exception as err:  # missing from git and the cache, or DVC's own errors
             raise MissingResults(
-                f"{revision}:{path}: not in git, the DVC cache or a remote at {revision}; get "
-                f"it with `dvc pull` at that revision (a branch or commit: `git checkout "
-                f"{revision} && dvc pull`; an experiment: `dvc exp pull <remote> <name>`), or "
-                f"`dvc exp apply` the experiment that made it"
-            ) from err
-        except Exception as err:  # DVC's own errors: the output is missing from the cache
-            raise MissingResults(
-                f"{revision}:{path}: cannot be read ({type(err).__name__}: {err}); fetch it with "
-                f"`dvc fetch` (at {revision}) or rerun that revision's pipeline"
+                f"{name}:{path}: not in git, the DVC cache or a remote ({type(err).__name__});"
+                f" get it with `dvc pull` at that revision (a branch or commit: `git checkout"
+                f" {name} && dvc pull`; an experiment: `dvc exp pull <remote> {name}`), or run"
+                " that revision's pipeline again"
             ) from err
 
     return read
