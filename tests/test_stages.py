@@ -158,6 +158,29 @@ def test_train_stage_end_to_end(
     }
 
 
+@pytest.mark.slow
+def test_train_nproc_runs_the_stage_under_torchrun(
+    downloaded: Path, tiny_model_dir: Path, mirror: Path, stage_env
+) -> None:
+    """`train.nproc: 2`: the stage launches itself in 2 processes (gloo on this CPU; no manual
+    torchrun, no `dvc commit`), which split the global batch of 16; rank 0 writes the outputs
+    once and the exit status is torchrun's."""
+    work = downloaded / "ddp"
+    params = tiny_training(work, tiny_model_dir, mirror, 2)
+    values = read_yaml(params)
+    values["train"]["nproc"] = 2
+    params.write_text(yaml.safe_dump(values))
+    env = {**stage_env, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+    result = run_stage(
+        "train.py", train_args(params, work, "simcse"), downloaded, env, process=True
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "2 processes, 8 sentences of each batch apiece" in result.stderr
+    assert result.stderr.count("INFO train: best dev ") == 1  # rank 0 alone reports
+    metrics = json.loads((work / "train.json").read_text())
+    assert metrics["steps"] == 2 and (work / "model" / "model.safetensors").is_file()
+
+
 @pytest.mark.parametrize(
     ("method", "argument", "message"),
     [

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -211,12 +211,17 @@ def prepare(spec: str, seed: int, params: Mapping[str, Any], data: Path) -> Trai
     )
 
 
+def torchrun_command(nproc: int, argv: Sequence[str]) -> list[str]:
+    """`argv` (a script and its arguments) run by `nproc` processes under torchrun, on a free
+    port of this machine (`--standalone`)."""
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    return [*launcher, f"--nproc-per-node={nproc}", *argv]
+
+
 def torchrun(nproc: int) -> NoReturn:
-    """Replace this process by `torchrun --standalone --nproc-per-node=<nproc>` running the same
-    command (signals and the exit status are then torchrun's): `train.nproc` launches the
-    processes itself, so DVC records the stage as usual."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    command += [f"--nproc-per-node={nproc}", *sys.argv]
+    """Replace this process by `torchrun_command` running the same command (signals and the
+    exit status are then torchrun's): `train.nproc` launches the processes itself, so DVC
+    records the stage as usual."""
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(sys.executable, command)
+    os.execv(sys.executable, torchrun_command(nproc, sys.argv))
