@@ -184,8 +184,11 @@ def test_a_pooler_the_backbone_cannot_give_is_refused_before_training(
     param: str,
 ) -> None:
     """`cls` needs the backbone's pooler layer, which DistilBERT has not: one error naming the
-    param that chose it, before the first step."""
-    message = f"{param}: 'cls' needs a backbone with a pooler layer; DistilBertModel has none"
+    param that chose it and the model, before the first step."""
+    message = (
+        f"{param}: 'cls' needs a backbone with a pooler layer; model.name_or_path: "
+        f"{distilbert_dir} (DistilBertModel) has none; cls_before_pooler reads [CLS] without one"
+    )
     assert_refused(tmp_path, mirror, distilbert_dir, data, env, sections, method, message)
 
 
