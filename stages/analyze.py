@@ -14,11 +14,12 @@ error, and nothing is written.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from sentemb.analysis import AnalysisConfig, analyze
 from sentemb.cli import Parser, run_stage
 from sentemb.config import load_params, section
-from sentemb.encoder import check_pooler
+from sentemb.encoder import POOLER_FILE, check_pooler
 from sentemb.io import check_output
 from sentemb.model_config import ModelConfig
 from sentemb.tracking import mlflow_run
@@ -45,11 +46,14 @@ def main() -> None:
     if args.model is None:  # the untrained model, pooled as training's evaluations pool it
         eval_pooler = section(params, "train", TrainConfig).eval_pooler
         name, pooler = model.name_or_path, check_pooler(eval_pooler, "train.eval_pooler")
+        settings = ("model.name_or_path", "train.eval_pooler")
     else:
         name, pooler = args.model, "auto"
+        settings = ("--model", str(Path(args.model) / POOLER_FILE))  # where its pooler is set
     tracked = {"model": name, "pooler": pooler, "analysis": params.get("analysis", {})}
     with mlflow_run("analyze", tracked, run_name=f"analyze:{name}") as run:
-        result = run.write_metrics(args.out, analyze(name, pooler, config, model, args.data))
+        values = analyze(name, pooler, config, model, args.data, settings)
+        result = run.write_metrics(args.out, values)
     log.info("alignment %.3f, uniformity %.3f", result["alignment"], result["uniformity"])
 
 

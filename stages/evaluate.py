@@ -15,7 +15,9 @@ A dataset missing from `--data` is skipped, and listed under `skipped` with its 
 the download manifest explains it (not obtainable, or left out of `data.datasets`); any other
 absence, a suite with no task scored, vectors that cannot be scored (non-finite, or the same for
 every sentence), a NaN or infinite score, and a refinement fitted on another model are each one
-error, and nothing is written.
+error, and nothing is written. A model and pooler certain to give unusable vectors (a decoder-only
+LM pooled by its first token, an encoder-decoder) are refused before a sentence is encoded, any
+other model with unusable vectors on a probe of a few sentences, naming the likely cause.
 """
 
 from __future__ import annotations

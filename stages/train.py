@@ -7,7 +7,9 @@ dev selection metric) to `--out`: `save_pretrained` weights, tokenizer, pooler c
 card (`README.md`), a sentence-transformers folder logged to MLflow as a model; the metrics file
 (with the untrained model's dev score, any warning that the run did not learn, and the stage's
 `seconds`); the loss and dev curves as DVC plots. Runs under `torchrun --nproc_per_node=K` as
-well. Every input (corpus, dev sets, PaSeR's phrases) is checked before the model is loaded. A
+well. Every input (corpus, dev sets, PaSeR's phrases) is checked before the model is loaded, and
+the model with its poolers (and its vectors of a few dev sentences) before the checkpoint folder
+is locked; a run that fails leaves no lock file, nor a checkpoint folder it made empty. A
 killed run restarted with the same run key (params, corpus, dev data, phrases, model weights,
 code) resumes from its last checkpoint; with another key it starts afresh and says which part
 differs.

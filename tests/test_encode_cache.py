@@ -10,9 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import make_trainer, write_stsb
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sentemb.encoder import Encoder
-from sentemb.evaluation.base import CachedEncoder, UnusableVectors, embed
+from sentemb.evaluation.base import PROBE_SIZE, CachedEncoder, UnusableVectors, embed
 from sentemb.evaluation.sts import STSEvaluator
 from sentemb.tfidf import TfidfEncoder
 from sentemb.training.run import dev_metrics, dev_scorer
@@ -113,8 +115,10 @@ def test_training_dev_evaluation_encodes_every_sentence_after_each_update(
     trainer = make_trainer(tiny_model_dir, "simcse", tmp_path / "ckpt", evaluate=evaluate)
     trainer.train(tmp_path / "out")
     distinct = {s for line in lines for s in line.split("\t")[5:]}
-    assert len(encoded) == 3  # untrained, step 3, step 6
-    assert all(sorted(call) == sorted(distinct) for call in encoded)
+    probes, full = encoded[::2], encoded[1::2]  # each dev score probes the model first
+    assert len(full) == 3  # untrained, step 3, step 6
+    assert all(sorted(call) == sorted(distinct) for call in full)
+    assert all(len(call) == PROBE_SIZE and set(call) <= distinct for call in probes)
     assert not np.array_equal(predicted[0], predicted[1])
     assert not np.array_equal(predicted[1], predicted[2])
 
@@ -144,3 +148,54 @@ def test_model_selection_encodes_only_the_dev_sets_it_averages(
     assert dev_metrics(selection) == keys
     assert set(keys) <= set(metrics)
     assert ("SICKRelatedness/dev" in metrics) == (selection == "stsb+sick")
+
+
+@pytest.fixture(scope="module")
+def model(tiny_model_dir: Path) -> Encoder:
+    """The tiny BERT, loaded once for every example `hypothesis` draws."""
+    return Encoder.from_pretrained(str(tiny_model_dir), "cls_before_pooler")
+
+
+WORDS = ["dogs", "bark", "Dogs", "a", "cat", "sat", "on", "the", "mat", "stocks", "fell", "."]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.lists(st.sampled_from(WORDS), min_size=1, max_size=8).map(" ".join), max_size=40),
+    st.integers(1, 16),
+)
+def test_a_model_is_probed_once_and_its_vectors_do_not_change(
+    model: Encoder, sentences: list[str], batch_size: int
+) -> None:
+    """Before more than `PROBE_SIZE` new sentences, a model encodes up to `PROBE_SIZE` of them
+    whose tokens differ ("Dogs" and "dogs" are one input to an uncased tokenizer); then every
+    distinct sentence in the batches it would have without the probe: the vectors are byte for
+    byte those of `Encoder.encode`, whatever the sentences and the batch size."""
+    calls: list[list[str]] = []
+    model.batches = lambda s, *a, **k: calls.append(list(s)) or Encoder.batches(model, s, *a, **k)
+    try:
+        cached = CachedEncoder(model)
+        vectors = cached.encode(sentences, batch_size)
+        cached.encode(sentences, batch_size)  # all cached: no probe, no encoding
+    finally:
+        del model.batches
+    unique = list(dict.fromkeys(sentences))
+    plain = model.encode(unique, batch_size, show_progress=False)
+    assert vectors.tobytes() == plain[[unique.index(s) for s in sentences]].tobytes()
+    encoded = [call for call in calls if call]  # an empty list asks for an empty array
+    inputs = {tuple(model.tokenizer(s)["input_ids"]) for s in unique}
+    if len(unique) > PROBE_SIZE and len(inputs) > 1:  # else there is nothing to tell apart
+        probe, full = encoded
+        assert len(probe) == min(len(inputs), PROBE_SIZE) and set(probe) <= set(unique)
+        assert len({tuple(model.tokenizer(s)["input_ids"]) for s in probe}) == len(probe)
+        assert full == unique
+    else:
+        assert encoded == ([unique] if unique else [])
+
+
+def test_only_a_model_is_probed() -> None:
+    """A refinement or TF-IDF may fit on each call's sentences: a few would not stand for all."""
+    inner = CountingEncoder()
+    sentences = [f"sentence {i}" for i in range(3 * PROBE_SIZE)]
+    CachedEncoder(inner).encode(sentences)
+    assert inner.calls == [sentences]

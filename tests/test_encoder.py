@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import os
@@ -58,15 +59,20 @@ def test_cls_uses_pooler_layer() -> None:
 
 
 def test_a_pooler_is_checked_against_the_backbone_under_the_param_that_chose_it(
-    tiny_encoder: Encoder,
+    tiny_encoder: Encoder, tiny_model_dir: Path
 ) -> None:
     without_layer = torch.nn.Linear(2, 2)  # no `pooler` attribute, like DistilBERT's backbone
-    assert check_pooler("cls", "train.pooler", backbone=tiny_encoder.backbone) == "cls"
-    assert check_pooler("mean", "train.pooler", backbone=without_layer) == "mean"
-    assert check_pooler("auto", "model.pooler", auto=True, backbone=without_layer) == "auto"
-    message = r"^train\.eval_pooler: 'cls' needs a backbone with a pooler layer; Linear has none$"
+    assert tiny_encoder.check_pooling("cls", "train.pooler") == "cls"
+    assert check_pooler("auto", "model.pooler", auto=True) == "auto"
+    no_layer = copy.deepcopy(tiny_encoder)
+    no_layer.backbone.pooler = None
+    assert no_layer.check_pooling("mean", "train.pooler") == "mean"
+    message = (
+        r"^train\.eval_pooler: 'cls' needs a backbone with a pooler layer; model\.name_or_path: "
+        rf"{tiny_model_dir} \(BertModel\) has none; cls_before_pooler reads \[CLS\] without one"
+    )
     with pytest.raises(ConfigError, match=message):
-        check_pooler("cls", "train.eval_pooler", backbone=without_layer)
+        no_layer.check_pooling("cls", "train.eval_pooler")
     with pytest.raises(ConfigError, match=r"^pooler: 'cls' needs a backbone with a pooler layer"):
         Encoder(without_layer, tiny_encoder.tokenizer, "cls")
     with pytest.raises(ConfigError, match=r"^dclr\.complementary_pooler: 'max' is not one of \["):
@@ -196,7 +202,7 @@ def test_a_max_length_the_model_cannot_take_names_the_param_and_its_limits(
     """Above the model's 128 positions it failed at the first long batch (training passed it on
     unclamped); 1 or 2 left [CLS] [SEP] and no word. Both limits come from the model."""
     message = (
-        f"model.max_length: must be in [3, 128] for {tiny_model_dir.name} (2 special token(s) "
+        f"model.max_length: must be in [3, 128] for {tiny_model_dir} (2 special token(s) "
         f"plus a word; 128 positions), got {length}"
     )
     with pytest.raises(ConfigError) as err:

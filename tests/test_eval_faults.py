@@ -49,10 +49,13 @@ def stage_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory: pytest.TempPathFactory, mirror: Path) -> Path:
-    """A data folder as the download stage leaves it offline: the mirror's sets and corpus
+    return linked_data(tmp_path_factory.mktemp("raw"), mirror)
+
+
+def linked_data(root: Path, mirror: Path) -> Path:
+    """`root` as the download stage leaves a data folder offline: the mirror's sets and corpus
     (linked, not copied) and a manifest listing them, with QQP and AskUbuntu missing with a
     reason."""
-    root = tmp_path_factory.mktemp("raw")
     for folder in ("senteval", "senteval_cn"):
         (root / folder).symlink_to(mirror / folder)
     (root / "corpus").mkdir()

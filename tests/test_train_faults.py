@@ -23,6 +23,8 @@ from safetensors.torch import load_file, save_file
 from test_safety import hold_checkpoints
 from test_stages import REPO, last_error, train_args, write_params
 
+from sentemb.training.checkpoint import LOCK_FILE
+
 OUTPUTS = ("model", "train.json", "plots", "checkpoints")
 STAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ")  # a log line's time (cli.LOG_FORMAT)
 
@@ -200,8 +202,11 @@ def test_a_pooler_the_backbone_cannot_give_is_refused_before_training(
     param: str,
 ) -> None:
     """`cls` needs the backbone's pooler layer, which DistilBERT has not: one error naming the
-    param that chose it, before the first step."""
-    message = f"{param}: 'cls' needs a backbone with a pooler layer; DistilBertModel has none"
+    param that chose it and the model, before the first step."""
+    message = (
+        f"{param}: 'cls' needs a backbone with a pooler layer; model.name_or_path: "
+        f"{distilbert_dir} (DistilBertModel) has none; cls_before_pooler reads [CLS] without one"
+    )
     assert_refused(tmp_path, mirror, distilbert_dir, data, env, sections, method, message)
 
 
@@ -336,12 +341,13 @@ def test_divergence_is_one_error_and_keeps_the_last_good_checkpoint(
 ) -> None:
     """`train.learning_rate: 1e30` makes the weights overflow at step 1; 1e10 makes the loss NaN
     at step 2, or the dev vectors at step 1: one error naming the step and the likely params, no
-    model/metrics/plots, and the checkpoint left, if any, is the last finite one."""
+    model/metrics/plots or lock file, and the checkpoint left, if any, is the last finite one."""
     params = training(tmp_path, mirror, tiny_model_dir, train=settings)
     error = last_error(train(tmp_path, params, data, env))
     checkpoints = re.escape(str(tmp_path / "checkpoints"))
     assert re.match(f"error: {message.replace('{checkpoints}', checkpoints)}", error), error
     assert not any((tmp_path / name).exists() for name in ("model", "train.json", "plots"))
+    assert not (tmp_path / "checkpoints" / LOCK_FILE).exists()  # the run let go of the folder
     for weights in (tmp_path / "checkpoints").glob("*/last/model.safetensors"):
         assert all(torch.isfinite(t).all() for t in load_file(weights).values())
 

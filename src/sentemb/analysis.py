@@ -27,7 +27,7 @@ from sklearn.preprocessing import normalize
 from sentemb.config import ConfigError, NonNegative, Positive
 from sentemb.data.readers import read_stsb
 from sentemb.encoder import POOLERS, Encoder
-from sentemb.evaluation.base import check_vectors, distinct, require_finite, scoring
+from sentemb.evaluation.base import check_vectors, distinct, probe, require_finite, scoring
 from sentemb.model_config import ModelConfig
 
 
@@ -102,11 +102,18 @@ def vectors_and_over_smoothing(
 
 
 def analyze(
-    name: str, pooler: str, config: AnalysisConfig, model: ModelConfig, data: Path
+    name: str,
+    pooler: str,
+    config: AnalysisConfig,
+    model: ModelConfig,
+    data: Path,
+    params: tuple[str, str] = ("model.name_or_path", "model.pooler"),
 ) -> dict[str, Any]:
     """Alignment and uniformity over STS-B test (positives: gold score above
     `analysis.positive_threshold`) and the per-layer over-smoothing of the encoder `name` with
-    `pooler`; a threshold selecting no pair, unusable vectors or a non-finite result are errors."""
+    `pooler` (`params`: the settings that chose them, named in errors); a threshold selecting
+    no pair, unusable vectors (refused on a probe before the whole set) or a non-finite result
+    are errors."""
     pairs = read_stsb(data, "test")
     positive = [i for i, score in enumerate(pairs.scores) if score > config.positive_threshold]
     if not positive:
@@ -116,12 +123,14 @@ def analyze(
             f"{max(pairs.scores)}): choose a lower threshold"
         )
     encoder = Encoder.from_pretrained(
-        name, pooler, model.max_length, model.trust_remote_code, model.precision
+        name, pooler, model.max_length, model.trust_remote_code, model.precision, *params
     )
     row = distinct([*pairs.first, *pairs.second])
+    with scoring(name):
+        probe(encoder, list(row), model.batch_size)
     vectors, layers = vectors_and_over_smoothing(encoder, list(row), model.batch_size)
     with scoring(name):
-        check_vectors(vectors)
+        check_vectors(vectors, encoder)
     first = vectors[[row[pairs.first[i]] for i in positive]]
     second = vectors[[row[pairs.second[i]] for i in positive]]
     result = {

@@ -17,6 +17,13 @@ a pickle (loading one can run code), a tokenizer of another model. A tokenizer w
 pads with its end-of-sequence token (or [SEP], or its unknown token): the attention mask hides
 padding, so the vectors do not depend on the choice; padding is always on the right, where the
 poolers expect it.
+
+A model and pooler certain to give unusable vectors are refused when the pooler is chosen, before
+anything is encoded (`Encoder.check_pooling`): an encoder-decoder model, a `max_length` that
+leaves only special tokens, `cls` without a pooler layer, and a pooler of the first token on a
+model that attends causally (a decoder-only LM: its first token sees only itself, so every
+sentence gets one vector). Doubtful ones are warnings, and are named again, with weights that
+are not finite or all zero, when vectors are refused (`Encoder.suspects`).
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ import logging
 import math
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -290,22 +297,20 @@ POOLERS: dict[str, Pooler] = {
 }
 
 
-def check_pooler(
-    pooler: str, param: str, auto: bool = False, backbone: torch.nn.Module | None = None
-) -> str:
+def check_pooler(pooler: str, param: str, auto: bool = False) -> str:
     """`pooler` when `POOLERS` registers it (or it is `auto`, the model's own pooling, where
-    `auto` allows that) and, given the `backbone`, that has the pooler layer it needs; else a
-    `ConfigError` naming `param`."""
+    `auto` allows that); else a `ConfigError` naming `param`. Whether a model can pool with it
+    is `Encoder.check_pooling`."""
     allowed = ["auto", *POOLERS] if auto else list(POOLERS)
     if pooler not in allowed:
         raise ConfigError(f"{param}: {pooler!r} is not one of {allowed}")
-    needs_layer = pooler != "auto" and POOLERS[pooler].dense
-    if needs_layer and backbone is not None and getattr(backbone, "pooler", None) is None:
-        raise ConfigError(
-            f"{param}: {pooler!r} needs a backbone with a pooler layer; "
-            f"{type(backbone).__name__} has none"
-        )
     return pooler
+
+
+def listing(names: Sequence[str], shown: int = 3) -> str:
+    """The first `shown` of `names`, and how many more."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
 
 
 def pool(
@@ -337,34 +342,53 @@ class Encoder(torch.nn.Module):
         precision: str = "auto",
         pooler_param: str = "pooler",
         length_param: str = "model.max_length",
+        *,
+        name: str | None = None,
+        param: str = "model",
+        auto: bool = False,
+        untrained: Collection[str] = (),
     ) -> None:
+        """`name` and `param` name the model in errors (default: the backbone's path); `auto`
+        says `pooler` was the model's own choice; `untrained` are the weights transformers
+        initialised at random because the checkpoint lacks them."""
         super().__init__()
-        check_pooler(pooler, pooler_param, backbone=backbone)
-        self.backbone, self.tokenizer, self.pooler = backbone, tokenizer, pooler
-        self.precision = precision
+        self.backbone, self.tokenizer, self.precision = backbone, tokenizer, precision
+        self.name = name or str(getattr(backbone, "name_or_path", type(backbone).__name__))
+        self.label = f"{param}: {self.name} ({type(backbone).__name__})"  # in errors
+        self.untrained = frozenset(untrained)
+        self._causal: bool | None = None  # `attends_causally`, found once
+        if getattr(getattr(backbone, "config", None), "is_encoder_decoder", False):
+            raise ConfigError(
+                f"{self.label} is an encoder-decoder model: its forward pass needs decoder "
+                "inputs, and the pipeline pools the token vectors of one encoder; use an "
+                "encoder-only model (BERT-like), or a decoder-only one with mean pooling"
+            )
         self.max_length = self.positions
         if max_length is not None:
             self.max_length = self.check_length(max_length, length_param)
+        self.pooler = self.check_pooling(pooler, pooler_param, auto)
 
     @property
     def positions(self) -> int:
         """The most tokens one sentence may have: the model's position embeddings (512 where the
         config names none), less those RoBERTa-like models reserve below their first position
         (`padding_idx` + 1)."""
-        positions = getattr(self.backbone.config, "max_position_embeddings", None) or 512
+        config = getattr(self.backbone, "config", None)
+        positions = getattr(config, "max_position_embeddings", None) or 512
         reserved = getattr(getattr(self.backbone, "embeddings", None), "padding_idx", None)
         return positions - (reserved + 1 if isinstance(reserved, int) else 0)
 
     def check_length(self, max_length: int, param: str) -> int:
         """`max_length` when a sentence cut to it keeps a word beside the tokenizer's special
         tokens and fits the model's positions; else a `ConfigError` naming `param` and the limit
-        (too long fails at the first long batch; too short turns every input into [CLS] [SEP])."""
+        (too long fails at the first long batch; too short makes every sentence the same input,
+        [CLS] [SEP], with the same vector)."""
         special = self.tokenizer.num_special_tokens_to_add(pair=False)
         if not special + 1 <= max_length <= self.positions:
-            name = Path(getattr(self.backbone.config, "_name_or_path", "")).name or "the model"
             raise ConfigError(
-                f"{param}: must be in [{special + 1}, {self.positions}] for {name} ({special} "
-                f"special token(s) plus a word; {self.positions} positions), got {max_length}"
+                f"{param}: must be in [{special + 1}, {self.positions}] for {self.name} "
+                f"({special} special token(s) plus a word; {self.positions} positions), "
+                f"got {max_length}"
             )
         return max_length
 
@@ -393,12 +417,16 @@ class Encoder(torch.nn.Module):
             transformers_logging.disable_progress_bar()
         if Path(path).is_dir():
             check_model_folder(Path(path), trust_remote_code, param)
-        if pooler == "auto":
+        auto = pooler == "auto"
+        if auto:
             pooler = saved_pooler(path, param) or "cls_before_pooler"
         try:
             tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-            backbone = AutoModel.from_pretrained(
-                path, trust_remote_code=trust_remote_code, use_safetensors=True
+            backbone, loading = AutoModel.from_pretrained(
+                path,
+                trust_remote_code=trust_remote_code,
+                use_safetensors=True,
+                output_loading_info=True,
             )
         except ValueError as err:  # transformers' refusal of custom code on a hub model
             if "trust_remote_code" not in str(err):
@@ -415,7 +443,134 @@ class Encoder(torch.nn.Module):
                 "different models"
             )
         pad_tokenizer(tokenizer, param, name_or_path)
-        return cls(backbone, tokenizer, pooler, max_length, precision, pooler_param)
+        return cls(
+            backbone,
+            tokenizer,
+            pooler,
+            max_length,
+            precision,
+            pooler_param,
+            name=name_or_path,
+            param=param,
+            auto=auto,
+            untrained=loading["missing_keys"],
+        )
+
+    def check_pooling(self, pooler: str, param: str, auto: bool = False) -> str:
+        """`pooler` when this model can pool with it. Certain to give unusable vectors, and so a
+        `ConfigError` naming `param` (`auto`: chosen by the model), the model and the fix: `cls`
+        on a backbone without a pooler layer, and a pooler of the first token on a model that
+        attends causally (the first token sees only itself). Doubtful (`pooling_doubts`), and
+        so logged as warnings: the first token being a word, a pooler layer not in the
+        checkpoint."""
+        check_pooler(pooler, param)
+        shown = f"{param}: 'auto' (here {pooler!r})" if auto else f"{param}: {pooler!r}"
+        spec = POOLERS[pooler]
+        if spec.dense and getattr(self.backbone, "pooler", None) is None:
+            raise ConfigError(
+                f"{shown} needs a backbone with a pooler layer; {self.label} has none; "
+                f"cls_before_pooler reads [CLS] without one, mean averages every token"
+            )
+        if spec.vector is cls_vector and self.attends_causally():
+            first = self.first_token()
+            sees = (
+                f"the first token ({first}) sees only itself, so every sentence would get the "
+                "same vector"
+                if first
+                else "the first token, a sentence's first word, sees only itself, so a "
+                "sentence's vector would be that of its first word alone"
+            )
+            raise ConfigError(
+                f"{shown} reads the first token, but {self.label} attends causally (each token "
+                f"sees only those before it): {sees}; use mean ({param}: mean)"
+            )
+        for doubt in self.pooling_doubts(pooler):
+            log.warning("%s: %s", param, doubt)
+        return pooler
+
+    def pooling_doubts(self, pooler: str) -> list[str]:
+        """Why `pooler` may give this model's vectors little meaning, though not certainly."""
+        spec, doubts = POOLERS[pooler], []
+        if spec.vector is cls_vector and self.first_token() is None:
+            doubts.append(
+                f"{pooler!r} reads the first token, but the tokenizer of {self.name} puts no "
+                "[CLS] or BOS token before a sentence: the first token is the sentence's first "
+                "word; mean averages every token"
+            )
+        layer = getattr(self.backbone, "pooler", None)
+        if spec.dense and layer is not None:
+            names = sorted({f"pooler.{n}" for n, _ in layer.named_parameters()} & self.untrained)
+            if names:
+                doubts.append(
+                    f"{pooler!r} passes [CLS] through the pooler layer, which the checkpoint of "
+                    f"{self.name} lacks ({listing(names)}): transformers initialised it at "
+                    "random, so the vectors change from load to load until it is trained; "
+                    "cls_before_pooler reads [CLS] without it"
+                )
+        return doubts
+
+    def suspects(self, non_finite: bool) -> list[str]:
+        """What this encoder shows, as it is now, that would explain vectors that are not finite
+        (`non_finite`) or the same for every sentence, likeliest first: weights that are not
+        finite or all zero, (non-finite) fp16 autocast, its pooler's doubts."""
+        found: list[str] = []
+        weights = dict(self.backbone.named_parameters())
+        broken = [n for n, w in weights.items() if not torch.isfinite(w).all()]
+        if broken:
+            found.append(f"weights of {self.name} that are NaN or infinite: {listing(broken)}")
+        zero = [n for n, w in weights.items() if n.endswith("weight") and w.numel() > 1]
+        zero = [n for n in zero if not weights[n].any()]
+        if zero:
+            found.append(f"weights of {self.name} that are all zero: {listing(zero)}")
+        if non_finite and autocast_dtype(self.precision, self.device) == torch.float16:
+            found.append(
+                f"fp16 autocast (model.precision: {self.precision}), whose range (65504) "
+                "activations can exceed; try fp32 or bf16"
+            )
+        return found + self.pooling_doubts(self.pooler)
+
+    def first_token(self) -> str | None:
+        """The token the tokenizer puts before every sentence ([CLS], BOS), or None when a
+        sentence's first token is its first word."""
+        firsts = {self.tokenizer(text)["input_ids"][0] for text in ("a cat", "the dog")}
+        first = firsts.pop() if len(firsts) == 1 else None
+        special = set(self.tokenizer.all_special_ids) - {self.tokenizer.unk_token_id}
+        return self.tokenizer.convert_ids_to_tokens(first) if first in special else None
+
+    @torch.inference_mode()
+    def attends_causally(self) -> bool:
+        """Whether the last layer's first token ignores the tokens after it while the last token
+        does not (causal attention, as in GPT-style decoders): of two inputs of the same length
+        that differ in every later token, the first vectors are the same and the last differ
+        (a model whose every vector is the same is not causal, only broken). Found once, in
+        fp32 with dropout off."""
+        if self._causal is None:
+            text = "whether the first token sees the tokens after it"
+            ids = self.tokenizer(text, truncation=True, max_length=self.max_length)["input_ids"]
+            vocabulary = min(len(self.tokenizer), self.backbone.config.vocab_size)
+            first = torch.tensor([ids], device=self.device)
+            other = first.clone()
+            other[0, 1:] = (other[0, 1:] + 1) % vocabulary
+            modes = [(module, module.training) for module in self.modules()]
+            self.eval()
+            try:
+                a, b = (
+                    self.backbone(
+                        input_ids=x, attention_mask=torch.ones_like(x), output_hidden_states=True
+                    )
+                    .hidden_states[-1][0]
+                    .float()
+                    for x in (first, other)
+                )
+            finally:  # each module as it was (a loaded backbone is in eval mode, the Encoder not)
+                for module, mode in modes:
+                    module.training = mode
+            # a causal first position computes the same numbers whatever follows it: equal to
+            # rounding (a small random bidirectional model moves it by ~1e-3 of its scale)
+            tolerance = 1e-6 * max(float(a.abs().max()), 1.0)
+            alike = (a - b).abs().amax(dim=-1) <= tolerance  # per position
+            self._causal = len(ids) > 1 and bool(alike[0]) and not bool(alike[-1])
+        return self._causal
 
     def save(self, folder: Path) -> None:
         """`save_pretrained` weights and tokenizer, our pooler file and, where the pooler is one
@@ -520,6 +675,19 @@ class Encoder(torch.nn.Module):
                 special = [row + [1] * (width - len(row)) for row in rows]
                 batch["special_tokens_mask"] = torch.tensor(special, device=self.device)
             yield index, batch
+
+    def distinct_inputs(self, sentences: Sequence[str], count: int) -> list[str]:
+        """The first `count` of `sentences` whose token ids, truncated as `batches` truncates
+        them, differ (two sentences alike but for case, say, are one input), looked for among
+        the first `64 * count`."""
+        scanned = list(sentences[: 64 * count])
+        if not scanned:
+            return []
+        ids = self.tokenizer(scanned, truncation=True, max_length=self.max_length)["input_ids"]
+        inputs: dict[tuple[int, ...], str] = {}
+        for row, sentence in zip(ids, scanned, strict=True):
+            inputs.setdefault(tuple(row), sentence)
+        return list(inputs.values())[:count]
 
     @torch.inference_mode()
     def encode(

@@ -4,6 +4,7 @@ refused, `train` params are validated, one process per checkpoint folder, run ke
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import math
@@ -22,8 +23,9 @@ from helpers import make_trainer
 from safetensors.torch import load_file
 
 from sentemb.config import ConfigError, from_dict, parse_spec
+from sentemb.evaluation.base import UnusableVectors
 from sentemb.io import CheckpointError
-from sentemb.training.checkpoint import LOCK_FILE, key_differences
+from sentemb.training.checkpoint import LOCK_FILE, exclusive, key_differences
 from sentemb.training.config import TrainConfig
 from sentemb.training.loop import DivergenceError, Trainer, check_batches, pick_device
 
@@ -350,4 +352,66 @@ def test_second_process_on_a_checkpoint_folder_is_refused_until_the_first_dies(
     assert (checkpoints / LOCK_FILE).is_file()  # left behind by the killed holder
     result = make_trainer(tiny_model_dir, "simcse", checkpoints).train(tmp_path / "out")
     assert result.resumed_from == 2 and result.steps == 6
-    assert [p.name for p in checkpoints.iterdir()] == [LOCK_FILE]
+    assert list(checkpoints.iterdir()) == []  # the killed holder's lock file went with this run
+
+
+@pytest.mark.parametrize(
+    ("before", "left"),
+    [
+        ([], []),  # made by the run: removed, with the parent it made
+        (["ck"], ["ck"]),  # the user's empty folder: kept
+        (["ck/abc/last"], ["ck", "ck/abc", "ck/abc/last"]),  # a checkpoint: kept
+    ],
+)
+def test_leaving_the_checkpoint_folder_removes_the_lock_and_the_folders_made(
+    tmp_path: Path, before: list[str], left: list[str]
+) -> None:
+    """Success or error, the holder removes its lock file and the folders it made that are
+    left empty; a folder that was there, or holds a checkpoint, stays."""
+    for folder in before:
+        (tmp_path / folder).mkdir(parents=True)
+    with pytest.raises(RuntimeError, match=r"^the run failed$"), exclusive(tmp_path / "ck" / "x"):
+        assert (tmp_path / "ck" / "x" / LOCK_FILE).is_file()
+        raise RuntimeError("the run failed")
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == left
+
+
+def test_a_lock_taken_on_a_file_its_holder_removed_is_taken_anew(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """This process opens the lock file; its holder then leaves (removing the file and the
+    folder) before this process locks it. The lock it gets is on a file no longer at the path:
+    it locks the path anew, so a third process can never take the path's file meanwhile."""
+    folder = tmp_path / "ck"
+    holder = exclusive(folder)
+    holder.__enter__()
+    flock = fcntl.flock
+    calls = []
+
+    def late(handle: object, operation: int) -> None:
+        if not calls:  # opened, not yet locked: the holder leaves now
+            holder.__exit__(None, None, None)
+        calls.append(operation)
+        flock(handle, operation)
+
+    monkeypatch.setattr(fcntl, "flock", late)
+    with exclusive(folder):
+        monkeypatch.setattr(fcntl, "flock", flock)
+        assert len(calls) == 2  # the first lock was on the removed file
+        with (folder / LOCK_FILE).open() as third, pytest.raises(BlockingIOError):
+            fcntl.flock(third, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    assert not folder.exists()
+
+
+def test_an_untrained_model_whose_dev_set_cannot_be_scored_is_named(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """The first dev score is refused naming the model; the run leaves no lock or folder."""
+
+    def unusable(encoder: object) -> float:
+        raise UnusableVectors("the encoder gave the same vector for all 3 sentences")
+
+    trainer = make_trainer(tiny_model_dir, "simcse", tmp_path / "ck", evaluate=unusable)
+    with pytest.raises(UnusableVectors, match=f"^{tiny_model_dir}: the encoder gave the same"):
+        trainer.train(tmp_path / "out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

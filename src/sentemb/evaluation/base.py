@@ -7,10 +7,13 @@ anything with `encode(sentences, batch_size)` returning a dense `np.ndarray` or 
 (the TF-IDF baseline), one row per sentence.
 
 Vectors that cannot be scored (non-finite, or one vector for every sentence) are an
-`UnusableVectors` error where they are encoded, never NaN scores. A dataset absent from the root
-is skipped with a reason when the download manifest explains it (the download stage could not
-get it, or `data.datasets` left it out); a stage refuses every other absence
-(`require_complete`).
+`UnusableVectors` error where they are encoded, never NaN scores; a model (`Encoder`) is first
+probed on a handful of the sentences (`probe`), so such a model is refused in a second, not
+after it encoded them all, and the error names what the model shows that would explain it.
+
+A dataset absent from the root is skipped with a reason when the download manifest explains it
+(the download stage could not get it, or `data.datasets` left it out); a stage refuses every
+other absence (`require_complete`).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import scipy.sparse as sp
@@ -34,12 +37,23 @@ from sentemb.data.sources import DATASETS
 
 Embeddings = np.ndarray | sp.spmatrix | sp.sparray
 ENGLISH, CHINESE = "english", "chinese"  # the languages an evaluator scores
+PROBE_SIZE = 8  # sentences a model is probed on before it encodes more (`probe`)
 LANGUAGES = (ENGLISH, CHINESE)
 
 
 class UnusableVectors(UserError, ValueError):
     """An encoder's vectors cannot be scored: non-finite, the same for every sentence, or giving
     a non-finite score."""
+
+
+@runtime_checkable
+class Model(Protocol):
+    """What `sentemb.encoder.Encoder` has beyond `encode` (kept structural, so that evaluation
+    imports no torch): inputs that differ, and what would explain unusable vectors."""
+
+    def distinct_inputs(self, sentences: Sequence[str], count: int) -> list[str]: ...
+
+    def suspects(self, non_finite: bool) -> list[str]: ...
 
 
 class SentenceEncoder(Protocol):
@@ -137,12 +151,16 @@ class CachedEncoder:
     are never cached: without a corpus TF-IDF fits its IDF on each call's sentences, so a row
     depends on the call, and it has no forward pass worth saving; each call encodes its
     distinct sentences once.
+
+    The first call with more than `PROBE_SIZE` new sentences `probe`s a model before encoding
+    them; the probe's vectors are dropped, so the sentences are batched as without it.
     """
 
     def __init__(self, encoder: SentenceEncoder) -> None:
         self.encoder = encoder
         self.cache: dict[str, np.ndarray] = {}
         self.sparse = False  # set by the first call whose rows are sparse
+        self.probed = False
 
     @property
     def mask_token(self) -> str | None:
@@ -156,6 +174,9 @@ class CachedEncoder:
         if not unique:
             return self.encoder.encode([], batch_size)
         new = unique if self.sparse else [s for s in unique if s not in self.cache]
+        if len(new) > PROBE_SIZE and not self.probed:
+            self.probed = True
+            probe(self.encoder, new, batch_size)
         rows = self.encoder.encode(new, batch_size) if new else None
         if sp.issparse(rows):  # the cache was empty or bypassed, so `new` is `unique`
             self.sparse = True
@@ -163,7 +184,7 @@ class CachedEncoder:
             if rows is not None:
                 self.cache.update(zip(new, np.asarray(rows), strict=True))
             rows = np.stack([self.cache[s] for s in unique])
-        check_vectors(rows)
+        check_vectors(rows, self.encoder)
         if len(unique) == len(sentences):
             return rows
         return rows[[row[s] for s in sentences]]
@@ -184,9 +205,29 @@ def embed(
     return cached.encode(list(row), batch_size), row
 
 
-def check_vectors(vectors: Embeddings) -> None:
+def probe(encoder: SentenceEncoder, sentences: Sequence[str], batch_size: int) -> None:
+    """Check a model's vectors of the first `PROBE_SIZE` of `sentences` whose tokens differ
+    (`check_vectors`) before it encodes them all: one small batch, not minutes of encoding.
+
+    Only a model (`Encoder`) is probed: a refinement or TF-IDF may fit on each call's sentences,
+    so a few would not stand for all. The probe's vectors are dropped, so the caller's encoding
+    batches as without it.
+    """
+    if not isinstance(encoder, Model):
+        return
+    chosen = encoder.distinct_inputs(sentences, PROBE_SIZE)
+    if len(chosen) > 1:
+        vectors = encoder.encode(chosen, batch_size, show_progress=False)
+        check_vectors(vectors, encoder, probed_for=len(sentences))
+
+
+def check_vectors(
+    vectors: Embeddings, encoder: SentenceEncoder | None = None, probed_for: int | None = None
+) -> None:
     """Refuse rows with a NaN or infinite entry, and 2+ rows that are all the same vector (every
-    cosine 1, a Spearman of constant scores is undefined, a classifier sees one point)."""
+    cosine 1, a Spearman of constant scores is undefined, a classifier sees one point). Given
+    the model (`Encoder`) that gave them, the error adds what it shows that would explain it
+    (`Encoder.suspects`); `probed_for`: the rows are a probe before that many sentences."""
     n = vectors.shape[0]
     if n == 0:
         return
@@ -198,15 +239,22 @@ def check_vectors(vectors: Embeddings) -> None:
         dense = np.asarray(vectors)
         bad = int(np.count_nonzero(~np.isfinite(dense).all(axis=1)))
         same = n > 1 and not np.ptp(dense, axis=0).any()
+    if not bad and not same:
+        return
+    sentences = f"{n} sentences"
+    if probed_for is not None:
+        sentences += f" of a probe (their tokens differ), before encoding the {probed_for} asked"
     if bad:
-        raise UnusableVectors(
-            f"the encoder gave non-finite vectors (NaN or inf) for {bad} of {n} sentences"
+        problem = f"non-finite vectors (NaN or inf) for {bad} of {sentences}"
+    else:
+        problem = (
+            f"the same vector for all {sentences}: it cannot tell sentences apart, so no score "
+            "would mean anything"
         )
-    if same:
-        raise UnusableVectors(
-            f"the encoder gave the same vector for all {n} sentences: it cannot tell sentences "
-            "apart, so no score would mean anything"
-        )
+    causes = encoder.suspects(bool(bad)) if isinstance(encoder, Model) else []
+    if causes:
+        problem += f"; likely cause{'s' if len(causes) > 1 else ''}: {'; '.join(causes)}"
+    raise UnusableVectors(f"the encoder gave {problem}")
 
 
 @contextlib.contextmanager

@@ -200,7 +200,7 @@ class DCLR(Method):
             if pooler == "auto":
                 pooler = saved_pooler(encoder.backbone.name_or_path) or encoder.pooler
             complementary = copy.deepcopy(encoder)
-            complementary.pooler = check_pooler(pooler, param, backbone=encoder.backbone)
+            complementary.pooler = complementary.check_pooling(pooler, param)
         else:
             complementary = Encoder.from_pretrained(
                 config.complementary_model,

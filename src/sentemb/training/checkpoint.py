@@ -5,7 +5,7 @@ A checkpoint folder holds `model.safetensors` (encoder, head, method buffers), `
 best score). It is written to a temporary folder and renamed, so a killed run leaves the previous
 checkpoint intact. A run's checkpoints live in `<folder>/<run key hash>/`, the run key being
 everything that defines the run (params, data and model hashes); one process at a time holds
-`<folder>` (`exclusive`).
+`<folder>` (`exclusive`), and leaves no lock file behind unless it is killed.
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import os
 import pickle
 import random
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 from safetensors import SafetensorError
@@ -78,20 +79,57 @@ def key_differences(old: Any, new: Any, prefix: str = "") -> list[str]:
 def exclusive(folder: Path) -> Iterator[None]:
     """Hold `folder` for one training process: an exclusive `flock` on `<folder>/.lock`.
 
-    A second process is refused with one `CheckpointError` naming the folder. The kernel drops
-    the lock when its holder dies, so a killed run never blocks the next; the file stays (removing
-    it would let two processes lock two different files).
+    A second process is refused with one `CheckpointError` naming the folder. On leaving, by
+    success or error, the holder removes the file while it still holds the lock, then the
+    folders it made that are left empty. A process that opened the file just before that takes
+    its lock on a file no longer at the path: it sees so (`os.path.samestat`) and locks the
+    path anew, so two processes never hold two different files. The kernel drops the lock when
+    its holder dies, so a killed run never blocks the next (its file stays until a run ends).
     """
-    folder.mkdir(parents=True, exist_ok=True)
-    with (folder / LOCK_FILE).open("a") as handle:
+    handle, made = _lock(folder)
+    try:
+        yield
+    finally:
+        if _holds(handle, folder / LOCK_FILE):  # not if someone else removed or replaced it
+            (folder / LOCK_FILE).unlink()
+        handle.close()
+        for path in made:
+            try:
+                path.rmdir()
+            except OSError:  # holds a checkpoint, or another run's lock: it stays
+                break
+
+
+def _holds(handle: IO[str], path: Path) -> bool:
+    """Whether `path` is the file open as `handle`."""
+    try:
+        return os.path.samestat(os.fstat(handle.fileno()), os.stat(path))
+    except FileNotFoundError:
+        return False
+
+
+def _lock(folder: Path) -> tuple[IO[str], list[Path]]:
+    """`<folder>/.lock`, made if need be, open and locked by this process alone, and the folders
+    this process made for it (deepest first)."""
+    path = folder / LOCK_FILE
+    while True:
+        made = [parent for parent in (folder, *folder.parents) if not parent.exists()]
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            handle = path.open("a")
+        except FileNotFoundError:  # a holder leaving removed the folder after `mkdir`: again
+            continue
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as err:
+            handle.close()
             raise CheckpointError(
                 f"{folder}: another training process is using this checkpoint folder; wait for "
                 "it to end or give this run another one (--checkpoints)"
             ) from err
-        yield
+        if _holds(handle, path):
+            return handle, made
+        handle.close()  # its holder removed the file this process locked: lock the path anew
 
 
 def rng_state(generator: torch.Generator) -> dict[str, torch.Tensor]:

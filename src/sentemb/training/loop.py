@@ -38,7 +38,7 @@ from tqdm.auto import tqdm
 
 from sentemb.config import ConfigError, UserError
 from sentemb.encoder import Encoder, EncoderOutput, autocast, autocast_dtype, pool
-from sentemb.evaluation.base import UnusableVectors
+from sentemb.evaluation.base import UnusableVectors, scoring
 from sentemb.io import atomic_path
 from sentemb.methods import CombinedMethod
 from sentemb.methods.base import TrainState, Views
@@ -425,7 +425,8 @@ class Trainer:
         result = self._resume()
         if result.steps == 0:
             if self.rank == 0:
-                result.initial_dev = self.dev_score()
+                with scoring(self.encoder.name):
+                    result.initial_dev = self.dev_score()
                 log.info("step 0: dev %.2f (the untrained model)", result.initial_dev)
             if self.world > 1:
                 dist.barrier()

@@ -18,9 +18,10 @@ from typing import Any, NoReturn
 import numpy as np
 
 from sentemb.config import SEEDS, ConfigError, parse_spec, run_plan, section
-from sentemb.data.readers import DataFormatError, training_corpus
+from sentemb.data.readers import DataFormatError, read_stsb, training_corpus
 from sentemb.data.sources import DATASETS
 from sentemb.encoder import Encoder, check_pooler, model_identity
+from sentemb.evaluation.base import distinct, probe, scoring
 from sentemb.evaluation.sts import STSConfig, STSEvaluator
 from sentemb.methods import CombinedMethod
 from sentemb.methods.paser import PaSeRConfig
@@ -148,6 +149,19 @@ class TrainingJob:
         write_model_card(folder, info)
 
 
+def probe_dev_vectors(encoder: Encoder, pooler: str, data: Path, batch_size: int) -> None:
+    """Refuse, naming the model, an untrained model whose vectors of a handful of STS-B dev
+    sentences with `pooler` (the evaluation pooler) cannot be scored (`probe`): its dev score,
+    the first thing training computes, would be refused, and now no lock is taken yet."""
+    dev = read_stsb(data, "dev")
+    trained_with, encoder.pooler = encoder.pooler, pooler
+    try:
+        with scoring(encoder.name):
+            probe(encoder, list(distinct([*dev.first, *dev.second])), batch_size)
+    finally:
+        encoder.pooler = trained_with
+
+
 def prepare(spec: str, seed: int, params: Mapping[str, Any], data: Path) -> TrainingJob:
     """Check every input of a run (method spec, seed, params, corpus, dev sets, PaSeR's phrases),
     then load the model and build the method and the run key: everything that defines the run
@@ -190,11 +204,12 @@ def prepare(spec: str, seed: int, params: Mapping[str, Any], data: Path) -> Trai
         model_config.precision,
         pooler_param="train.pooler",
     )
-    check_pooler(config.eval_pooler, "train.eval_pooler", backbone=encoder.backbone)
     encoder.check_length(config.max_length, "train.max_length")
+    encoder.check_pooling(config.eval_pooler, "train.eval_pooler")
     weights = model_identity(model_config.name_or_path, encoder).sha256
     method = CombinedMethod(spec, params, encoder, seed)
     method.check_corpus(sentences)  # PaSeR's phrases must be those of this corpus
+    probe_dev_vectors(encoder, config.eval_pooler, data, model_config.batch_size)
     run_key = {
         "method": spec,
         "seed": seed,
