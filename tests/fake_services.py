@@ -1,7 +1,8 @@
 """Local stand-ins for the services the stages touch (MLflow servers, DVC remotes): a port no one
 listens on, a server that accepts connections and never says a word, one that answers every
 HTTP request with a given status, one that sends an SSH version line. Each counts the
-connections it accepted, so that a test can assert how many attempts a client made."""
+connections it accepted, so that a test can assert how many attempts a client made.
+`remote_of` makes DVC remotes of each kind from them."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import contextlib
 import socket
 import threading
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 UNRESOLVABLE = "no-such-host.invalid"  # RFC 2606: never resolves
 
@@ -80,3 +83,33 @@ def fake_server(greeting: bytes | None = None, status: int | None = None) -> Ite
 
 
 SSH_GREETING = b"SSH-2.0-OpenSSH_9.6\r\n"
+
+
+@contextlib.contextmanager
+def remote_of(kind: str, tmp_path: Path) -> Iterator[tuple[dict[str, Any], FakeServer | None]]:
+    """The config of a remote of `kind` (as `remotes` gives it) and the fake server behind it.
+
+    `kind` is "<scheme> <what is there>": a local folder that exists or is missing, a closed
+    port, a host that does not resolve, a server that accepts and never answers, one that
+    answers HTTP 404 or sends an SSH version line."""
+    scheme, what = kind.split(" ", 1)
+    if scheme in ("local", "file"):
+        folder = tmp_path / "remote"
+        if what == "folder":
+            folder.mkdir()
+        yield {"url": str(folder) if scheme == "local" else folder.as_uri()}, None
+        return
+    with contextlib.ExitStack() as stack:
+        server = None
+        host, port = "127.0.0.1", free_port()
+        if what == "unresolvable host":
+            host = UNRESOLVABLE
+        elif what != "closed port":
+            greeting = SSH_GREETING if what == "speaks ssh" else None
+            status = 404 if what == "answers 404" else None
+            server = stack.enter_context(fake_server(greeting, status))
+            port = server.port
+        if scheme == "s3":  # an S3-compatible store (MinIO, ...) at `endpointurl`
+            yield {"url": "s3://bucket/store", "endpointurl": f"http://{host}:{port}"}, server
+        else:
+            yield {"url": f"{scheme}://user@{host}:{port}/store"}, server
