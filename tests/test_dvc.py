@@ -17,9 +17,8 @@ import pytest
 import yaml
 from fake_services import remote_of
 
-from sentemb.services import CONNECT_SECONDS
-
 from sentemb.config import read_yaml
+from sentemb.services import CONNECT_SECONDS
 
 REPO = Path(__file__).resolve().parents[1]
 DVC = [sys.executable, "-m", "dvc"]

@@ -18,7 +18,6 @@ computes what was not pulled.
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from sentemb.cli import Parser
 from sentemb.services import CONNECT_SECONDS, call_within, http_answers, reason, tcp_answers
 
 HTTP_SCHEMES = {"http": "http", "https": "https", "webdav": "http", "webdavs": "https"}
@@ -119,13 +119,15 @@ def pull(targets: Sequence[str] = (), root: str | Path = ".") -> None:
         print(f"warning: dvc pull failed (see above); {NOT_PULLED}", file=sys.stderr)
 
 
+def parser() -> Parser:
+    parser = Parser(__doc__)
+    parser.add_argument("command", choices=["pull"], help="pull from the default remote")
+    parser.add_argument("targets", nargs="*", help="passed on to dvc pull")
+    return parser
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m sentemb.remote", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    pull_parser = commands.add_parser("pull", help="pull from the default remote if it answers")
-    pull_parser.add_argument("targets", nargs="*", help="passed on to dvc pull")
-    args = parser.parse_args(argv)
-    pull(args.targets)
+    pull(parser().parse_args(argv).targets)
 
 
 if __name__ == "__main__":
