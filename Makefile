@@ -14,10 +14,11 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 install: $(VENV)/.installed
 
 # Where a DVC remote is configured, fetch what dvc.lock names before computing it; objects the
-# remote lacks are skipped, and a failed pull (offline) warns and leaves the work to `dvc repro`.
+# remote lacks are skipped. A default remote that does not answer within seconds (offline, a
+# missing folder, a silent server) is not pulled from, and that or a failed pull warns once and
+# leaves the work to `dvc repro` (src/sentemb/remote.py).
 pull: install
-	$(ENV) if [ -n "$$(dvc remote list)" ]; then dvc pull --allow-missing || \
-		echo "warning: dvc pull failed (see above); dvc repro computes what is missing" >&2; fi
+	$(ENV) python -m sentemb.remote pull
 
 # `dvc repro` with a progress line per stage: stage k of N, elapsed, estimated time left.
 repro: pull

@@ -27,6 +27,7 @@ COMMANDS = sorted(
 )
 # Options that name no path, model or revision: a choice, a number or free text.
 PLAIN = {"help", "suites", "method", "seed", "noise", "language", "sentences", "tasks", "all"}
+PLAIN |= {"command", "targets"}  # remote: passed on to `dvc pull`
 HOSTILE = ["", "   ", "x ", " x", "-x", "--metrics", "a\nb", "a\tb", "a\x00b"]
 
 

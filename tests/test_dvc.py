@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from fake_services import remote_of
 
 from sentemb.config import read_yaml
+from sentemb.services import CONNECT_SECONDS
 
 REPO = Path(__file__).resolve().parents[1]
 DVC = [sys.executable, "-m", "dvc"]
@@ -328,46 +330,64 @@ def test_every_stage_can_be_restored_from_the_run_cache() -> None:
     assert not persisting, f"outputs that keep their stage out of the run cache: {persisting}"
 
 
+MAKE = ["make", "-s", "-f", str(REPO / "Makefile"), "-o", ".venv/.installed"]
+
+
+@pytest.fixture(scope="module")
+def pushed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A git + DVC repo with one stage (each run adds a line to `ran.log` in its clone), run,
+    pushed to the local remote `store` (`<origin>/../remote`) and committed."""
+    origin = tmp_path_factory.mktemp("pushed") / "origin"
+    origin.mkdir()
+    env = dvc_env(origin.parent)
+    run(["git", "init", "-q"], origin, env)
+    run([*DVC, "init", "-q"], origin, env)
+    (origin / "dep").write_text("v1\n")
+    (origin / ".gitignore").write_text("ran.log\n")
+    stage = {"cmd": "echo ran >> ran.log && cp dep out.txt", "deps": ["dep"], "outs": ["out.txt"]}
+    (origin / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"make": stage}}))
+    run([*DVC, "repro"], origin, env)
+    run([*DVC, "remote", "add", "-d", "store", str(origin.parent / "remote")], origin, env)
+    run([*DVC, "push"], origin, env)
+    run(["git", "add", "-A"], origin, env)
+    run(["git", "commit", "-qm", "pushed"], origin, env)
+    return origin
+
+
+def clone_of(origin: Path, folder: Path, env: dict[str, str]) -> Path:
+    run(["git", "clone", "-q", str(origin), str(folder)], folder.parent, env)
+    return folder
+
+
+def ran(folder: Path) -> str:
+    """What the stage's runs in `folder` wrote to `ran.log` ("" if it never ran there)."""
+    log = folder / "ran.log"
+    return log.read_text() if log.exists() else ""
+
+
 @pytest.mark.slow
-def test_make_repro_pulls_what_a_configured_remote_holds(tmp_path: Path) -> None:
+def test_make_repro_pulls_what_a_configured_remote_holds(pushed: Path, tmp_path: Path) -> None:
     """`make repro` runs `dvc pull` first where a remote is configured: a fresh clone gets the
     pushed output instead of computing it; without a remote, or with one that lacks the
     objects, the stage is computed; a pull that fails (here: it would overwrite a file the user
     changed) warns, keeps the file and does not stop the run."""
     env = dvc_env(tmp_path)
-    make = ["make", "-s", "-f", str(REPO / "Makefile"), "-o", ".venv/.installed"]
-    origin, log = tmp_path / "origin", tmp_path / "ran.log"
-    origin.mkdir()
-    run(["git", "init", "-q"], origin, env)
-    run([*DVC, "init", "-q"], origin, env)
-    (origin / "dep").write_text("v1\n")
-    stage = {"cmd": f"echo ran >> {log} && cp dep out.txt", "deps": ["dep"], "outs": ["out.txt"]}
-    (origin / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"make": stage}}))
-    run([*DVC, "repro"], origin, env)
-    run([*DVC, "remote", "add", "-d", "store", str(tmp_path / "remote")], origin, env)
-    run([*DVC, "push"], origin, env)
-    run(["git", "add", "-A"], origin, env)
-    run(["git", "commit", "-qm", "pushed"], origin, env)
+    pulled = clone_of(pushed, tmp_path / "pulled", env)
+    run([*MAKE, "repro"], pulled, env)
+    assert (pulled / "out.txt").read_text() == "v1\n" and ran(pulled) == ""
 
-    def clone(name: str) -> Path:
-        folder = tmp_path / name
-        run(["git", "clone", "-q", str(origin), str(folder)], tmp_path, env)
-        return folder
-
-    pulled = clone("pulled")
-    run([*make, "repro"], pulled, env)
-    assert (pulled / "out.txt").read_text() == "v1\n" and log.read_text() == "ran\n"
-
-    for name, remote in (("no-remote", None), ("empty-remote", tmp_path / "empty")):
-        folder = clone(name)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for name, remote in (("no-remote", None), ("empty-remote", empty)):
+        folder = clone_of(pushed, tmp_path / name, env)
         command = ["remote", "remove", "store"] if remote is None else ["remote", "add", "-f"]
         run([*DVC, *command, *(["store", str(remote)] if remote else [])], folder, env)
-        run([*make, "repro"], folder, env)
-        assert (folder / "out.txt").read_text() == "v1\n"
-    assert log.read_text() == "ran\n" * 3
+        done = subprocess.run([*MAKE, "repro"], cwd=folder, env=env, capture_output=True, text=True)
+        assert done.returncode == 0 and "warning:" not in done.stderr, done.stderr
+        assert (folder / "out.txt").read_text() == "v1\n" and ran(folder) == "ran\n"
 
     (pulled / "out.txt").write_text("mine\n")
-    failed = subprocess.run([*make, "pull"], cwd=pulled, env=env, capture_output=True, text=True)
+    failed = subprocess.run([*MAKE, "pull"], cwd=pulled, env=env, capture_output=True, text=True)
     assert failed.returncode == 0
     assert "warning: dvc pull failed" in failed.stderr
     assert (pulled / "out.txt").read_text() == "mine\n"
@@ -419,3 +439,39 @@ def test_no_path_or_command_depends_on_the_method(tmp_path: Path, method: str) -
     simcse = resolved(tmp_path / "simcse", "simcse")
     assert resolved(tmp_path / "other", method) == simcse
     assert simcse[0] == ["metrics/summary.json"]  # the headline, alone
+
+
+UNREACHABLE_REMOTES = [
+    "local missing folder",
+    "http closed port",
+    "http unresolvable host",
+    "http silent server",
+    "ssh silent server",
+    "s3 silent server",
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", UNREACHABLE_REMOTES)
+def test_make_repro_goes_on_when_the_remote_cannot_be_reached(
+    kind: str, pushed: Path, tmp_path: Path
+) -> None:
+    """A default remote that does not answer (each kind as in test_remote.py): `make repro`
+    says so in one warning, pulls nothing and computes the stage. The bound is configured, not
+    timed: one first contact (a silent server saw one connection, and `dvc pull`, with its
+    retries of 10 min over HTTP, 2 min over SSH, 7 min for S3, never came), given up after
+    CONNECT_SECONDS."""
+    env = dvc_env(tmp_path)
+    folder = clone_of(pushed, tmp_path / "clone", env)
+    with remote_of(kind, tmp_path) as (config, server):
+        run([*DVC, "remote", "add", "-f", "-d", "store", config["url"]], folder, env)
+        for key in set(config) - {"url"}:
+            run([*DVC, "remote", "modify", "store", key, config[key]], folder, env)
+        done = subprocess.run([*MAKE, "repro"], cwd=folder, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    warnings = [line for line in done.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "cannot be reached" in warnings[0], done.stderr
+    if "silent" in kind:
+        assert f"no answer within {CONNECT_SECONDS:g} s" in warnings[0]
+        assert server is not None and server.connections == 1
+    assert (folder / "out.txt").read_text() == "v1\n" and ran(folder) == "ran\n"

@@ -19,15 +19,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fake_services import UNRESOLVABLE, FakeServer, fake_server, free_port
 
 from sentemb import tracking
+from sentemb.services import CONNECT_SECONDS
 from sentemb.tracking import TrackingWarning, flatten, mlflow_run, param_value, sanitize_key
 
 ENV_VARS = (
     "MLFLOW_TRACKING_URI",
     "MLFLOW_EXPERIMENT_NAME",
-    "MLFLOW_HTTP_REQUEST_MAX_RETRIES",
-    "MLFLOW_HTTP_REQUEST_TIMEOUT",
+    *tracking.FAST_FAIL_ENV,
+    "DATABRICKS_HOST",
+    "DATABRICKS_TOKEN",
+    "DATABRICKS_CONFIG_PROFILE",
+    "DATABRICKS_CONFIG_FILE",
     "DVC_ROOT",
     "DVC_EXP_NAME",
     "DVC_EXP_BASELINE_REV",
@@ -41,12 +46,6 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ENV_VARS:
         monkeypatch.setenv(name, "")  # records the old state, so that it is restored
         monkeypatch.delenv(name)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def port_open(port: int) -> bool:
@@ -158,7 +157,7 @@ def sqlite_uri(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, migrated_db: Pat
 def test_sqlite_run_logs_everything(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from mlflow.tracking import MlflowClient
 
-    sqlite_uri = f"sqlite:///{tmp_path}/mlflow.db"  # a new database: mlflow_run creates it
+    sqlite_uri = f"sqlite:///{tmp_path}/db/mlflow.db"  # new, in a new folder: both are created
     monkeypatch.setenv("MLFLOW_TRACKING_URI", sqlite_uri)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("DVC_EXP_NAME", "exp-abc")
@@ -202,7 +201,7 @@ def test_sqlite_run_logs_everything(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert artifacts == {"sts.json", "plots"}
     assert [a.path for a in client.list_artifacts(run.run_id, "plots")] == ["plots/a.csv"]
     # Artifacts of the new experiment live beside the database, never in ./mlruns.
-    assert got.info.artifact_uri.startswith((tmp_path / "mlartifacts").as_uri())
+    assert got.info.artifact_uri.startswith((tmp_path / "db" / "mlartifacts").as_uri())
     assert not (tmp_path / "mlruns").exists()
 
 
@@ -361,18 +360,109 @@ def test_sigterm_handler_only_during_the_run_and_never_replaces_another(sqlite_u
 # -- 3. an unreachable server ----------------------------------------------------------------------
 
 
-def test_unreachable_server_body_runs_and_warns_once(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    import mlflow.tracking  # noqa: F401  (import time is not what is timed here)
+# Every kind of tracking URI that cannot be used, by scheme: "<scheme> <what is there>".
+SQLITE_STORES = [
+    "sqlite on /proc",
+    "sqlite path is a folder",
+    "sqlite in a read-only folder",
+    "sqlite file is not a database",
+    "sqlite under a file",
+]
+SERVER_STORES = [
+    f"{scheme} {what}"
+    for scheme in ("http", "https", "databricks", "postgresql", "mysql", "mssql")
+    for what in ("closed port", "unresolvable host", "silent server")
+]
+REFUSED_BY_MLFLOW = [  # MLflow refuses these itself, at once; no first contact is made
+    "file store",
+    "bare path",
+    "databricks-uc",
+    "unknown scheme",
+]
+STORES = [*SQLITE_STORES, *SERVER_STORES, "databricks without credentials", *REFUSED_BY_MLFLOW]
 
-    port = free_port()
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{port}")
+
+@contextlib.contextmanager
+def unusable_store(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> Iterator[tuple[str, FakeServer | None]]:
+    """Set MLFLOW_TRACKING_URI (and Databricks' variables) to a store of `kind`; yield the URI
+    and the fake server behind it, if any."""
+    monkeypatch.setenv("DATABRICKS_CONFIG_FILE", str(tmp_path / "no-databrickscfg"))
+    scheme, _, what = kind.partition(" ")
+    server = None
+    with contextlib.ExitStack() as stack:
+        if kind in SERVER_STORES:
+            host, port = "127.0.0.1", free_port()
+            if what == "unresolvable host":
+                host = UNRESOLVABLE
+            elif what == "silent server":
+                server = stack.enter_context(fake_server())
+                port = server.port
+            address = f"{host}:{port}"
+            uri = f"{scheme}://u:p@{address}/mlflow"
+            if scheme in ("http", "https"):
+                uri = f"{scheme}://{address}"
+            elif scheme == "databricks":
+                uri = "databricks"
+                monkeypatch.setenv("DATABRICKS_HOST", f"http://{address}")
+                monkeypatch.setenv("DATABRICKS_TOKEN", "dapi-test")
+        else:
+            database = tmp_path / "mlflow.db"
+            uri = {
+                "sqlite on /proc": "sqlite:////proc/x.db",
+                "sqlite path is a folder": f"sqlite:///{database}",
+                "sqlite file is not a database": f"sqlite:///{database}",
+                "sqlite under a file": f"sqlite:///{tmp_path / 'file' / 'mlflow.db'}",
+                "file store": (tmp_path / "mlruns").as_uri(),
+                "bare path": str(tmp_path / "mlruns"),
+                "databricks without credentials": "databricks",
+                "databricks-uc": "databricks-uc",
+                "unknown scheme": "nosuchstore://host/path",
+            }.get(kind, "")
+            if kind == "sqlite on /proc" and not Path("/proc").is_dir():
+                pytest.skip("no /proc here")
+            if kind == "sqlite path is a folder":
+                database.mkdir()
+            elif kind == "sqlite file is not a database":
+                database.write_bytes(bytes(range(256)) * 16)
+            elif kind == "sqlite under a file":
+                (tmp_path / "file").write_text("a file\n")
+            elif kind == "sqlite in a read-only folder":
+                uri = f"sqlite:///{request.getfixturevalue('read_only') / 'mlflow.db'}"
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+        yield uri, server
+
+
+@pytest.mark.parametrize("kind", STORES)
+def test_unusable_store_body_runs_and_warns_once(
+    kind: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    request: pytest.FixtureRequest,
+) -> None:
+    """Whatever the scheme and whatever is wrong, the stage runs, one warning says why and one
+    log line lists what was not logged. The bound is configured, not timed: one first contact
+    (a silent server saw one connection) given up after CONNECT_SECONDS, and MLflow, with its
+    retry loops (100 s for a SQL store it cannot open, 15 min for Databricks), never called;
+    only the kinds MLflow refuses by itself reach it."""
+    import mlflow.tracking  # (import time is not what is bounded here)
+
     artifact = tmp_path / "sts.json"
     artifact.write_text("{}")
+    clients: list[str] = []  # each MlflowClient made, by tracking URI
+
+    def counted_client(tracking_uri: str) -> mlflow.tracking.MlflowClient:
+        clients.append(tracking_uri)
+        return real_client(tracking_uri=tracking_uri)
+
+    real_client = mlflow.tracking.MlflowClient
+    monkeypatch.setattr(mlflow.tracking, "MlflowClient", counted_client)
     ran = []
     start = time.monotonic()
-    with warnings.catch_warnings(record=True) as caught:
+    store = unusable_store(kind, tmp_path, monkeypatch, request)
+    with store as (uri, server), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with mlflow_run("evaluate", {"a": {"b": 1}, "c": 2}) as run:
             run.log_metrics({f"m{i}": float(i) for i in range(12)})
@@ -384,7 +474,7 @@ def test_unreachable_server_body_runs_and_warns_once(
     assert ran == [True]
     ours = [w for w in caught if issubclass(w.category, TrackingWarning)]
     assert len(ours) == 1, [str(w.message) for w in caught]
-    assert f"127.0.0.1:{port}" in str(ours[0].message)
+    assert f"({uri})" in str(ours[0].message)
     assert run.run_id is None and run.error
     n_tags = len(tracking.git_tags()) + 2  # git.*, dvc.stage, mlflow.runName
     assert run.unlogged == [
@@ -395,7 +485,34 @@ def test_unreachable_server_body_runs_and_warns_once(
     ]
     summary = tracking_records(caplog)
     assert len(summary) == 1 and "metrics step=None: 12 keys" in summary[0].getMessage()
-    assert elapsed < 10, f"an unreachable server cost {elapsed:.1f} s"
+    assert clients == ([uri] if kind in REFUSED_BY_MLFLOW else []), run.error
+    driver_missing = "No module named" in run.error  # a SQL store without its driver installed
+    if server is not None:
+        assert server.connections == (0 if driver_missing else 1)
+    if kind.endswith("silent server") and not driver_missing:
+        assert run.error == f"TimeoutError: no answer within {CONNECT_SECONDS:g} s"
+    # Far above CONNECT_SECONDS, far below MLflow's loops: a loop that comes back fails this
+    # even on a loaded machine.
+    assert elapsed < 60, f"an unusable store ({kind}) cost {elapsed:.1f} s"
+
+
+def test_users_own_settings_win_and_defaults_last_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """FAST_FAIL_ENV fills only what the user left unset, and only while the run lasts; the
+    user's MLFLOW_HTTP_REQUEST_TIMEOUT is also how long the first contact waits."""
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "1")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3")
+    with fake_server() as server:
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{server.port}")
+        with pytest.warns(TrackingWarning, match="no answer within 1 s"), mlflow_run("e", {}):
+            during = {name: os.environ.get(name) for name in tracking.FAST_FAIL_ENV}
+    assert during == {
+        "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3",
+        "MLFLOW_HTTP_REQUEST_TIMEOUT": "1",
+        "MLFLOW_DATABRICKS_ENDPOINT_HTTP_RETRY_TIMEOUT": "10",
+    }
+    after = {name: os.environ.get(name) for name in tracking.FAST_FAIL_ENV}
+    assert after == {**during, "MLFLOW_DATABRICKS_ENDPOINT_HTTP_RETRY_TIMEOUT": None}
+    assert server.connections == 1
 
 
 def test_unreachable_server_body_error_propagates(monkeypatch: pytest.MonkeyPatch) -> None:

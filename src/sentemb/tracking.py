@@ -23,10 +23,14 @@ Where the runs go:
 
 If MLflow cannot be reached (server down, bad URI, database locked, ...), one warning says why,
 the stage goes on, and everything afterwards is recorded in :attr:`RunLogger.unlogged` and
-listed in one log warning when the run ends. Errors raised by the stage itself propagate (and
-the MLflow run, if there is one, ends as ``FAILED``). Ctrl-C (SIGINT) and SIGTERM (``kill``, a
-job scheduler, torchrun stopping its workers) end the run as ``KILLED``: during the run SIGTERM
-raises :class:`Terminated`, so cleanups run and the process exits with status 143 (128 + 15).
+listed in one log warning when the run ends. That takes seconds, whatever the store: before
+MLflow is called, :func:`check_store` makes one first contact of at most
+:data:`~sentemb.services.CONNECT_SECONDS` (MLflow's own loops wait about 100 s for a SQL store
+it cannot open, more than 15 min for Databricks), and during the run :data:`FAST_FAIL_ENV` stops
+MLflow's retries. Errors raised by the stage itself propagate (and the MLflow run, if there is
+one, ends as ``FAILED``). Ctrl-C (SIGINT) and SIGTERM (``kill``, a job scheduler, torchrun
+stopping its workers) end the run as ``KILLED``: during the run SIGTERM raises
+:class:`Terminated`, so cleanups run and the process exits with status 143 (128 + 15).
 
 ``mlflow`` is imported lazily, so importing this module is cheap.
 """
@@ -48,6 +52,9 @@ import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+
+from sentemb.services import CONNECT_SECONDS, call_within, http_answers, reason
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +70,16 @@ MAX_KEY_LENGTH = 250
 MAX_PARAMS_TAGS_PER_BATCH = 100
 MAX_METRICS_PER_BATCH = 1000
 
-# Environment defaults so that an unreachable server costs seconds, not minutes
-# (names from mlflow/environment_variables.py, mlflow 3.x). Users may override them.
+# Environment defaults during a run, so that a store that fails mid-run costs seconds, not
+# minutes (names from mlflow/environment_variables.py, mlflow 3.x): one HTTP attempt of at most
+# 10 s (an upload's answer may take that long), and Databricks' SDK retrying for 10 s, not 500 s.
+# A variable the user set is theirs; an explicit MLFLOW_HTTP_REQUEST_TIMEOUT also sets how long
+# the first contact (`check_store`) may wait.
+HTTP_TIMEOUT_ENV = "MLFLOW_HTTP_REQUEST_TIMEOUT"
 FAST_FAIL_ENV = {
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
-    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+    HTTP_TIMEOUT_ENV: "10",
+    "MLFLOW_DATABRICKS_ENDPOINT_HTTP_RETRY_TIMEOUT": "10",
 }
 
 # Environment variables that `dvc exp run` / `dvc repro` set for a stage command (dvc 3.x:
@@ -168,7 +180,7 @@ def flavour_unsupported() -> str | None:
         low, high, package = get_min_max_version_and_pip_release("sentence_transformers", "models")
         installed = version(package)
     except (ImportError, KeyError, PackageNotFoundError) as err:
-        return f"the sentence_transformers flavour cannot be checked ({_reason(err)})"
+        return f"the sentence_transformers flavour cannot be checked ({reason(err)})"
     if Version(low) <= Version(installed) <= Version(high):
         return None
     return (
@@ -238,8 +250,8 @@ def _chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
         yield items[start : start + size]
 
 
-def _local_artifact_location(uri: str) -> str | None:
-    """For a file-backed SQLite URI: a file URI of ``mlartifacts/`` beside the database."""
+def _sqlite_file(uri: str) -> Path | None:
+    """The database file of a file-backed SQLite URI (not ``:memory:`` or a ``file:`` URI)."""
     if not uri.startswith("sqlite:"):
         return None
     try:
@@ -250,12 +262,79 @@ def _local_artifact_location(uri: str) -> str | None:
         return None
     if not database or database == ":memory:" or database.startswith("file:"):
         return None
-    return (Path(database).resolve().parent / ARTIFACTS_DIR).as_uri()
+    return Path(database)
 
 
-def _reason(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {_truncate(text, 500)}"
+def _local_artifact_location(uri: str) -> str | None:
+    """For a file-backed SQLite URI: a file URI of ``mlartifacts/`` beside the database."""
+    database = _sqlite_file(uri)
+    return None if database is None else (database.resolve().parent / ARTIFACTS_DIR).as_uri()
+
+
+def _open_sqlite(database: Path, seconds: float) -> None:
+    """Open `database` as MLflow would (creating it and its folders if missing) and read its
+    table list, waiting at most `seconds` for another process's lock: a folder, a file that is
+    no database, a place where no file can be made (``/proc``, a read-only folder) or a lock
+    held throughout raises at once, not after MLflow's ten tries of 100 s in all."""
+    import sqlite3
+
+    database.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.closing(sqlite3.connect(database, timeout=seconds)) as connection:
+        connection.execute("SELECT count(*) FROM sqlite_master").fetchone()
+
+
+def _database_answers(uri: str) -> None:
+    """Connect once to the SQL database of `uri` (its driver missing raises at once)."""
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(uri)
+    try:
+        with engine.connect():
+            pass
+    finally:
+        engine.dispose()
+
+
+def _databricks_answers(uri: str, seconds: float) -> None:
+    """The Databricks workspace of `uri` (from its credentials, which must exist) answers."""
+    from mlflow.utils.databricks_utils import get_databricks_host_creds
+
+    http_answers(get_databricks_host_creds(uri).host, seconds)
+
+
+def check_store(uri: str, seconds: float = CONNECT_SECONDS) -> None:
+    """Raise unless the tracking store at `uri` answers a first contact within `seconds`.
+
+    A SQLite file is opened as MLflow would open it; a SQL server gets one connection, an HTTP(S)
+    server or a Databricks workspace one request, each abandoned after `seconds`, so a host that
+    does not resolve, a closed port or a server that never answers costs `seconds` at most.
+    Other URIs (a file store, an unknown scheme) are left to MLflow, which refuses them at once.
+    """
+    scheme = urlsplit(uri).scheme.lower()
+    if scheme == "sqlite":
+        database = _sqlite_file(uri)
+        if database is not None:
+            _open_sqlite(database, seconds)
+    elif scheme in ("http", "https"):
+        call_within(seconds, lambda: http_answers(uri, seconds))
+    elif scheme == "databricks" or uri == "databricks":
+        call_within(seconds, lambda: _databricks_answers(uri, seconds))
+    elif scheme.partition("+")[0] in ("postgresql", "mysql", "mssql"):
+        call_within(seconds, lambda: _database_answers(uri))
+
+
+@contextlib.contextmanager
+def fast_fail_env() -> Iterator[dict[str, str]]:
+    """:data:`FAST_FAIL_ENV` for the variables the user left unset, while inside; yields those
+    the user set."""
+    own = {name: os.environ[name] for name in FAST_FAIL_ENV if name in os.environ}
+    added = [name for name in FAST_FAIL_ENV if name not in own]
+    os.environ.update({name: FAST_FAIL_ENV[name] for name in added})
+    try:
+        yield own
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
 
 
 _clock: dict[str, float] = {}  # the stage's start, while `stage_clock` runs
@@ -363,7 +442,7 @@ class RunLogger:
             try:
                 model = sentence_transformers.SentenceTransformer(str(folder), device="cpu")
             except Exception as exc:  # a damaged folder: the artifact keeps what there is
-                why = f"sentence-transformers cannot load it ({_reason(exc)})"
+                why = f"sentence-transformers cannot load it ({reason(exc)})"
         if model is None:
             log.warning(
                 "MLflow: %s; %s is logged as the artifact %s/%s instead of an MLflow model "
@@ -414,18 +493,21 @@ class RunLogger:
 
     # -- lifecycle, driven by mlflow_run ----------------------------------------------------------
 
-    def _start(self, params: Mapping[str, Any], tags: Mapping[str, str], run_name: str) -> None:
+    def _start(
+        self, params: Mapping[str, Any], tags: Mapping[str, str], run_name: str, seconds: float
+    ) -> None:
         flat = {sanitize_key(k): param_value(v) for k, v in flatten(params).items()}
         what = f"run start; params: {len(flat)} keys; tags: {len(tags)} keys"
-        self._call(what, self._create_run, flat, tags, run_name)
+        self._call(what, self._create_run, flat, tags, run_name, seconds)
 
-    def _create_run(self, params: dict[str, str], tags: Mapping[str, str], run_name: str) -> None:
-        for name, value in FAST_FAIL_ENV.items():
-            os.environ.setdefault(name, value)
+    def _create_run(
+        self, params: dict[str, str], tags: Mapping[str, str], run_name: str, seconds: float
+    ) -> None:
+        self.tracking_uri = tracking_uri()
+        check_store(self.tracking_uri, seconds)
         from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
 
-        self.tracking_uri = tracking_uri()
         self._client = MlflowClient(tracking_uri=self.tracking_uri)
         self.experiment_id = self._experiment_id(experiment_name())
         run = self._client.create_run(self.experiment_id, tags=tags, run_name=run_name)
@@ -504,7 +586,7 @@ class RunLogger:
         try:
             func(*args, **kwargs)
         except Exception as exc:
-            self.error = _reason(exc)
+            self.error = reason(exc)
             self.unlogged.append(what)
             warnings.warn(
                 f"MLflow tracking disabled for stage {self.stage!r} "
@@ -537,9 +619,9 @@ def mlflow_run(
             tags[tag] = os.environ[env_name]
     run = RunLogger(stage)
     status = "FAILED"
-    with sigterm_raises():
+    with sigterm_raises(), fast_fail_env() as own:
         try:
-            run._start(params, tags, run_name)
+            run._start(params, tags, run_name, float(own.get(HTTP_TIMEOUT_ENV, CONNECT_SECONDS)))
             yield run
             status = "FINISHED"
         except (KeyboardInterrupt, Terminated):

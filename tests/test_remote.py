@@ -1,0 +1,77 @@
+"""sentemb.remote: which DVC remotes answer a first contact, and within how long."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fake_services import remote_of
+
+from sentemb.remote import remotes, unreachable, wait_seconds
+from sentemb.services import CONNECT_SECONDS
+
+UNREACHABLE = [
+    "local missing folder",
+    "file missing folder",
+    "http closed port",
+    "http unresolvable host",
+    "http silent server",
+    "https silent server",
+    "webdav silent server",
+    "ssh closed port",
+    "ssh unresolvable host",
+    "ssh silent server",
+    "s3 closed port",
+    "s3 silent server",
+]
+
+
+@pytest.mark.parametrize("kind", UNREACHABLE)
+def test_remote_that_does_not_answer_is_unreachable(kind: str, tmp_path: Path) -> None:
+    """One attempt (a silent server saw one connection), given up after the remote's own
+    `read_timeout` where set (1 s here), else CONNECT_SECONDS."""
+    with remote_of(kind, tmp_path) as (config, server):
+        why = unreachable({**config, "read_timeout": 1})
+    assert why is not None
+    if "silent" in kind:
+        assert why == "TimeoutError: no answer within 1 s"
+    if "folder" in kind:
+        assert "no such folder" in why
+    if server is not None:
+        assert server.connections == 1
+
+
+@pytest.mark.parametrize(
+    "kind", ["local folder", "file folder", "http answers 404", "s3 answers 404", "ssh speaks ssh"]
+)
+def test_remote_that_answers_is_reachable(kind: str, tmp_path: Path) -> None:
+    with remote_of(kind, tmp_path) as (config, server):
+        assert unreachable(config) is None
+    assert server is None or server.connections == 1
+
+
+def test_remote_of_a_kind_not_contacted_is_left_to_dvc() -> None:
+    """Azure, HDFS, ...: no probe (DVC's plugin decides, and fails fast without credentials)."""
+    assert unreachable({"url": "azure://container/store"}) is None
+    assert unreachable({"url": "hdfs://namenode/store"}) is None
+
+
+def test_wait_is_the_longest_timeout_set_on_the_remote() -> None:
+    assert wait_seconds({"url": "http://x"}) == CONNECT_SECONDS
+    assert wait_seconds({"url": "ssh://x", "timeout": 30}) == 30
+    assert wait_seconds({"url": "http://x", "connect_timeout": 2.0, "read_timeout": 9.5}) == 9.5
+
+
+def test_remotes_are_read_as_dvc_reads_them(tmp_path: Path) -> None:
+    from dvc.repo import Repo
+
+    Repo.init(str(tmp_path), no_scm=True)
+    (tmp_path / ".dvc" / "config").write_text(
+        "[core]\n    no_scm = true\n    remote = store\n['remote \"store\"']\n    url = ../remote\n"
+        "['remote \"web\"']\n    url = https://example.org/dvc\n    read_timeout = 30\n"
+    )
+    default, configs = remotes(tmp_path)
+    assert default == "store"
+    assert configs["store"]["url"] == str(tmp_path / "remote")  # relative to .dvc/
+    assert configs["web"]["url"] == "https://example.org/dvc"
+    assert wait_seconds(configs["web"]) == 30
