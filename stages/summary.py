@@ -5,7 +5,8 @@ the training curves in plots/runs/<seed>/) and the reference rows (metrics/refer
 metrics/tfidf); writes `metrics/summary.json` (the headline: per suite and task, mean and std
 over seeds, plain and refined, and the reference rows: the only file declared as DVC metrics),
 `reports/summary.md` and the plots in `plots/summary/` (training curves, alignment-uniformity,
-cosine density per gold bin on STS-B, inter-layer and token-wise similarity). The work is
+cosine density per gold bin on STS-B, inter-layer and token-wise similarity; every number and
+every stage's seconds of the seeds, committed copies of the per-seed files DVC caches). The work is
 `sentemb.report.summary`; methods are compared across experiments (`python -m sentemb.compare`,
 `python -m sentemb.leaderboard`).
 """
@@ -19,7 +20,7 @@ from sentemb.cli import Parser, run_stage
 from sentemb.config import load_params
 from sentemb.io import atomic_path, check_folder, check_output, write_json
 from sentemb.report.runs import folder_reader, load
-from sentemb.report.summary import summarize
+from sentemb.report.summary import stage_seconds, summarize
 from sentemb.tracking import SECONDS, mlflow_run, numbers
 
 log = logging.getLogger("summary")
@@ -48,6 +49,8 @@ def main() -> None:
         with atomic_path(args.report) as tmp:
             tmp.write_text(result.text, encoding="utf-8")
         write_json(args.metrics, result.headline)  # no `seconds`: the headline holds scores only
+        own = {"stage": "summary", "file": "summary", "seconds": round(run.seconds, 1)}
+        write_json(args.plots / "seconds.json", [*stage_seconds(experiment), own])
         run.log_metrics({**numbers(result.headline), SECONDS: run.seconds})
         for path in (args.metrics, args.report, args.plots):
             run.log_artifact(path)

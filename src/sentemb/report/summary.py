@@ -40,6 +40,22 @@ class Summary:
     text: str
 
 
+# the stage that writes each per-seed metrics file
+STAGE_OF = {"train": "train", "refine": "refine", "analysis": "analyze"}
+STAGE_OF |= dict.fromkeys(SUITES, "evaluate")
+
+
+def stage_seconds(experiment: Experiment) -> list[dict[str, Any]]:
+    """plots/summary/seconds.json: the wall time each per-seed metrics file records (evaluate's
+    per suite), one record each: the committed copy of the `seconds` DVC caches."""
+    return [
+        {"stage": f"{STAGE_OF[name]}@{seed}", "file": name, "seconds": metrics[SECONDS]}
+        for seed, files in zip(experiment.seeds, experiment.files, strict=True)
+        for name, metrics in files.items()
+        if SECONDS in metrics
+    ]
+
+
 def scores(experiment: Experiment) -> list[dict[str, Any]]:
     """plots/summary/scores.json: every number of every seed's metrics files (but the stages'
     `seconds`), one record each: the committed copy of the per-seed files DVC caches."""
