@@ -395,7 +395,7 @@ def test_analyze_then_summary(
     assert "seconds" not in headline  # the headline holds scores alone
     report = (tmp_path / "reports/summary.md").read_text()
     assert "# Summary: sscl" in report and "| sscl + RepAL |" in report
-    assert "| untrained |" in report and "## Deviations from the papers" in report
+    assert "| untrained model |" in report and "## Deviations from the papers" in report
     assert "- refinements fitted on: eval" in report  # as the runs' refine.json say
     for name in ("training", "alignment_uniformity", "cosine_density", "layers"):
         assert (tmp_path / f"plots/summary/{name}.png").read_bytes()[:4] == b"\x89PNG"

@@ -19,6 +19,7 @@ from sentemb.report.stats import NO_DIFFERENCE, NOISE, mean_std
 from sentemb.training.config import TrainConfig
 
 REFINED = {"repal": "RepAL", "whitening": "whitening"}
+REFERENCE_LABELS = {"untrained": "untrained model", "tfidf": "TF-IDF"}  # the reference rows
 PAPER_CORPUS = 1_000_000
 PAPER_BACKBONES = ("bert-base", "bert-large", "roberta-base", "roberta-large")
 
@@ -100,9 +101,10 @@ def suite_table(
         metrics = files.get(suite)
         if metrics is None:
             continue
+        shown = REFERENCE_LABELS.get(name, name)
         for values, label in (
-            (metrics, name),
-            *((metrics.get(k), f"{name} + {v}") for k, v in REFINED.items()),
+            (metrics, shown),
+            *((metrics.get(k), f"{shown} + {v}") for k, v in REFINED.items()),
         ):
             if values is not None:
                 rows.append([label, *(f"{values[k]:.2f}" if k in values else "-" for k in keys)])
@@ -282,7 +284,7 @@ def leaderboard(board: Mapping[str, Any]) -> str:
                     commit if not refinement else "",
                 ]
             )
-    for name, label in (("untrained", "untrained model"), ("tfidf", "TF-IDF")):
+    for name, label in REFERENCE_LABELS.items():
         averages = board["reference"][name]
         for refinement, suffix in ((None, ""), *REFINED.items()):
             key = f"/{refinement}" if refinement else ""

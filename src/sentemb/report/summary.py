@@ -5,8 +5,9 @@ The headline is what `dvc metrics diff` and `dvc exp show` show, so it holds the
 reviewer compares and no more (about 84 on a method switch): per suite and task, the mean and
 std over seeds of the plain scores, the mean of each refinement's (and the std of its suite
 average), then the reference rows, untrained and TF-IDF, each a single run. No key names the
-method, so experiments of different methods share every column. Every other number stays in the
-per-seed files.
+method, so experiments of different methods share every column. Every other number of the seeds
+is committed in `plots/summary/scores.json` (the per-seed files themselves are DVC-cached, which
+keeps the stages in DVC's run cache), their stages' seconds in `plots/summary/seconds.json`.
 """
 
 from __future__ import annotations
