@@ -175,6 +175,7 @@ def test_default_config_is_senteval_and_valid() -> None:
     assert config.regs == [0.25, 0.5, 1.0, 2.0, 4.0, 8.0]
     assert config.kfold_regs == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0]
     assert (config.kfold, config.seed, config.tasks) == (10, 1111, list(TRANSFER_TASKS))
+    assert config.warm_start  # issue 34: warm-started C paths; false gives the cold fits
 
 
 @pytest.mark.parametrize(
