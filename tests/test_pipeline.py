@@ -213,11 +213,6 @@ def stale_report(stale: dict[str, list[str]]) -> str:
     return "\n".join(lines)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 33's changes to stage code and params (from 5b37692) stale dvc.lock until the "
-    "full rerun of issue 34 refreshes it",
-)
 def test_lock_matches_code_and_params() -> None:
     """A change to a stage's code or params is committed with the dvc.lock it produces, so a
     fresh clone's `dvc repro` reuses the committed results instead of recomputing them."""
