@@ -78,7 +78,7 @@ def check_dvc(argv: list[str]) -> None:
     for assignment in getattr(args, "set_param", None) or []:
         key = assignment.split("=", 1)[0].split(":")[-1]
         assert param_exists(params, key), f"dvc {shlex.join(argv)}: no param {key} in params.yaml"
-    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    stages = read_yaml(ROOT / "dvc.yaml")["stages"]
     for target in getattr(args, "targets", None) or []:
         if not target.endswith((".yaml", ".dvc")):
             name = target.split("@")[0]
@@ -185,13 +185,15 @@ def stage_times() -> str:
     JSON outputs, summed as `make repro`'s progress line does), a foreach as the mean and the
     range of its runs. A stage without seconds fails the test."""
     from dvc.repo import Repo
+    from dvc.repo.reproduce import collect_stages, get_active_graph, plan_repro
 
     from sentemb.progress import kind, recorded_seconds, stage_record
 
     record = stage_record(ROOT / "plots" / "summary" / "seconds.json")
     times: dict[str, list[float]] = {}
-    with Repo(str(ROOT)) as repo:
-        for stage in repo.index.stages:
+    with Repo(str(ROOT)) as repo:  # in the order `dvc repro` runs them
+        graph = get_active_graph(repo.index.graph)
+        for stage in plan_repro(graph, collect_stages(repo, ["dvc.yaml"])):
             seconds = record.get(stage.addressing)
             if seconds is None:
                 outputs = [Path(o.fs_path) for o in stage.outs if o.fs_path.endswith(".json")]
