@@ -19,7 +19,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from conftest import make_inputs
 
 from sentemb.config import read_yaml
