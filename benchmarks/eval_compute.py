@@ -43,7 +43,7 @@ from sentemb.evaluation.encoders import model_names
 from sentemb.evaluation.evaluate import evaluate_model
 from sentemb.evaluation.suites import SUITES
 from sentemb.model_config import ModelConfig
-from sentemb.postprocess import fit_refinements
+from sentemb.refine import fit_refinements
 from sentemb.training.config import TrainConfig
 from sentemb.training.run import dev_scorer
 

@@ -24,7 +24,7 @@ from sentemb.config import load_params, section
 from sentemb.data.download import DataConfig, use_nltk_data
 from sentemb.evaluation.encoders import model_names
 from sentemb.io import check_output, write_json
-from sentemb.postprocess import fit_refinements, save_refinement
+from sentemb.refine import fit_refinements, save_refinement
 from sentemb.report.plots import refine_bound, save
 from sentemb.tracking import mlflow_run
 from sentemb.training.config import TrainConfig

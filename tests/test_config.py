@@ -101,7 +101,7 @@ def test_non_finite_numbers_and_seeds_out_of_range_are_refused(
     (they failed late, inside numpy, urllib or torch, or gave a plot of one `0-nan` bin)."""
     from sentemb.evaluation.transfer import TransferConfig
     from sentemb.methods.dclr import DCLRConfig
-    from sentemb.postprocess import RefineConfig
+    from sentemb.refine import RefineConfig
     from sentemb.report.stats import CompareConfig
 
     classes = {"dclr": DCLRConfig, "refine": RefineConfig, "compare": CompareConfig}
@@ -223,7 +223,7 @@ def params_sections() -> dict[str, type]:
     from sentemb.methods import METHODS
     from sentemb.methods.base import SimCSEConfig
     from sentemb.phrases import PhrasesConfig
-    from sentemb.postprocess import RefineConfig
+    from sentemb.refine import RefineConfig
     from sentemb.report.stats import CompareConfig
     from sentemb.tfidf import TfidfConfig
     from sentemb.training.config import TrainConfig
@@ -399,7 +399,7 @@ def test_stage_refuses_a_misspelled_section(stage: str, tmp_path: Path) -> None:
 def test_pair_samples_are_positive_integers_or_null(dotted: str, key: str, value: object) -> None:
     from sentemb.evaluation.chinese import ChineseConfig
     from sentemb.evaluation.retrieval import RetrievalConfig
-    from sentemb.postprocess import RefineConfig
+    from sentemb.refine import RefineConfig
 
     config = {"eval.chinese": ChineseConfig, "eval.retrieval": RetrievalConfig}.get(dotted)
     with pytest.raises(ConfigError, match=rf"{re.escape(dotted)}\.{key}: "):

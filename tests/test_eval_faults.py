@@ -21,7 +21,7 @@ from test_stages import last_error, run_stage, write_params
 from sentemb.data.sources import DATASETS
 from sentemb.encoder import Encoder, model_identity
 from sentemb.evaluation.suites import SUITES
-from sentemb.postprocess import (
+from sentemb.refine import (
     CHINESE,
     CHINESE_SCOPE,
     ENGLISH,
@@ -30,8 +30,8 @@ from sentemb.postprocess import (
     RefineConfig,
     save_refinement,
 )
-from sentemb.postprocess.repal import RepALConfig, RepALFit
-from sentemb.postprocess.whitening import Whitening
+from sentemb.refine.repal import RepALConfig, RepALFit
+from sentemb.refine.whitening import Whitening
 
 SMALL_SUITES = {  # one small real task per suite
     "sts": {"tasks": ["STSBenchmark"]},

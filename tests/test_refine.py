@@ -18,13 +18,13 @@ from conftest import REPO
 from safetensors.numpy import load_file, save_file
 from test_encode_cache import CountingEncoder
 
-from sentemb import postprocess
+from sentemb import refine
 from sentemb.config import ConfigError, read_yaml, section
 from sentemb.data.readers import PairSet
 from sentemb.encoder import Encoder, ModelIdentity, model_identity
 from sentemb.evaluation.base import SentenceEncoder, UnusableVectors
 from sentemb.phrases import IdfTable
-from sentemb.postprocess import (
+from sentemb.refine import (
     CHINESE,
     ENGLISH,
     ENGLISH_SCOPE,
@@ -41,7 +41,7 @@ from sentemb.postprocess import (
     refinements,
     save_refinement,
 )
-from sentemb.postprocess.repal import (
+from sentemb.refine.repal import (
     PartialMask,
     RepALConfig,
     RepALEncoder,
@@ -49,7 +49,7 @@ from sentemb.postprocess.repal import (
     eigenvalue_bounds,
     search_lambdas,
 )
-from sentemb.postprocess.whitening import Whitening
+from sentemb.refine.whitening import Whitening
 
 TOY = ModelIdentity("toy", "ab" * 32, "mean", 8)  # what toy_dev's encoder stands for
 IDF = IdfTable({"cat": 2.0, "sat": 1.5, "mat": 3.0, "dog": 2.5}, documents=10)
@@ -355,12 +355,12 @@ def test_chinese_set_without_a_fit_is_one_error() -> None:
 
 
 def test_refinements_are_the_package_files_each_with_its_params_section() -> None:
-    files = {module.name for module in pkgutil.iter_modules(postprocess.__path__)} - {"base"}
+    files = {module.name for module in pkgutil.iter_modules(refine.__path__)} - {"base"}
     assert set(REFINEMENTS) == files
     sections = {f.name: f.type for f in dataclasses.fields(RefineConfig)}
     params = read_yaml(REPO / "params.yaml")["refine"]
     for name, (cls, config) in REFINEMENTS.items():
-        assert (cls.name, cls.__module__) == (name, f"sentemb.postprocess.{name}")
+        assert (cls.name, cls.__module__) == (name, f"sentemb.refine.{name}")
         assert sections[name] is config  # `refine.<name>` is read into the class it registered
         assert name in params
     assert section({"refine": params}, "refine", RefineConfig).methods == params["methods"]

@@ -10,7 +10,7 @@ ln((1 + n) / (1 + df)) + 1); for Chinese, jieba's TF-IDF with its own IDF table.
 Output: `rake.jsonl` and `keywords.jsonl`, line i for sentence i. A RAKE record is the sentence
 and its phrases, best first, each `[text, score, start, end]` with the character span in the
 sentence; a keyword record is `[[word, score], ...]`. For English also `idf.json`, the corpus's
-IDF table, with which RepAL (`sentemb.postprocess.repal`) picks the keywords of any other sentence.
+IDF table, with which RepAL (`sentemb.refine.repal`) picks the keywords of any other sentence.
 """
 
 from __future__ import annotations

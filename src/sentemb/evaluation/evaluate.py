@@ -33,7 +33,7 @@ from sentemb.evaluation.chinese import ChineseConfig
 from sentemb.evaluation.encoders import load_encoder, model_names
 from sentemb.evaluation.suites import SUITES
 from sentemb.model_config import ModelConfig
-from sentemb.postprocess import load_refinement, refinements
+from sentemb.refine import load_refinement, refinements
 
 log = logging.getLogger(__name__)
 

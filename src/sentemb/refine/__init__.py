@@ -59,13 +59,13 @@ from sentemb.evaluation.sts import cosine_scores
 from sentemb.io import atomic_path
 from sentemb.model_config import ModelConfig
 from sentemb.phrases import IDF_FILE, IdfTable, read_idf, write_idf
-from sentemb.postprocess.base import (
+from sentemb.refine.base import (
     REFINEMENTS,
     Context,
     Refinement,
     register_refinement,
 )
-from sentemb.postprocess.repal import bound_curve
+from sentemb.refine.repal import bound_curve
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")

@@ -29,7 +29,7 @@ import numpy as np
 from sentemb.config import ConfigError, Count, NonNegative
 from sentemb.evaluation.base import SentenceEncoder, distinct
 from sentemb.phrases import IdfTable, KeywordScorer, nltk_stopwords
-from sentemb.postprocess.base import (
+from sentemb.refine.base import (
     Context,
     Refinement,
     Scalars,

@@ -15,7 +15,7 @@ import numpy as np
 
 from sentemb.config import ConfigError, Count
 from sentemb.evaluation.base import SentenceEncoder, distinct
-from sentemb.postprocess.base import Refinement, Scalars, Tensors, register_refinement
+from sentemb.refine.base import Refinement, Scalars, Tensors, register_refinement
 
 RANK_TOLERANCE = 1e-10  # variances below this share of the largest count as zero
 
