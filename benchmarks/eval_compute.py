@@ -38,12 +38,12 @@ from sentemb.analysis import AnalysisConfig, analyze
 from sentemb.config import load_params, section
 from sentemb.data.readers import training_corpus
 from sentemb.encoder import Encoder, EncoderOutput
+from sentemb.evaluate import evaluate_model
 from sentemb.evaluation.base import Evaluator
 from sentemb.evaluation.encoders import model_names
-from sentemb.evaluation.evaluate import evaluate_model
-from sentemb.evaluation.suites import SUITES
 from sentemb.model_config import ModelConfig
-from sentemb.refine import fit_refinements
+from sentemb.refine.fit import fit_refinements
+from sentemb.registry import SUITES
 from sentemb.training.config import TrainConfig
 from sentemb.training.run import dev_scorer
 

@@ -29,10 +29,10 @@ import numpy as np
 from sentemb.cli import Parser, run_stage
 from sentemb.config import ConfigError, load_params, section
 from sentemb.data.download import DataConfig, use_nltk_data
+from sentemb.evaluate import evaluate_model, keeping_pairs
 from sentemb.evaluation.encoders import model_names
-from sentemb.evaluation.evaluate import evaluate_model
-from sentemb.evaluation.suites import SUITES, keeping_pairs
 from sentemb.io import atomic_path, check_output
+from sentemb.registry import SUITES
 from sentemb.tracking import mlflow_run
 
 

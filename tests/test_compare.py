@@ -11,8 +11,8 @@ import yaml
 from scipy.stats import bootstrap, spearmanr, ttest_rel
 
 from sentemb.config import ConfigError, UserError, load_params, section
-from sentemb.evaluation.suites import SUITES
 from sentemb.io import leaves, write_json
+from sentemb.registry import SUITES
 from sentemb.report.compare import compare, shared_seeds
 from sentemb.report.runs import (
     TFIDF,
@@ -206,7 +206,7 @@ def test_headline_of_a_full_run_keeps_a_diff_short() -> None:
     """On a method switch every trained number changes: with every task scored offline, the
     headline holds 84 of them (`dvc metrics diff` rows)."""
     columns = {
-        s: [c for c in d.columns if not c.startswith(("QQP/", "AskUbuntu/"))]
+        s: [c for c in d.cls.columns if not c.startswith(("QQP/", "AskUbuntu/"))]
         for s, d in SUITES.items()
     }
     files = [

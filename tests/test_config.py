@@ -18,7 +18,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sentemb.config import (
-    EVAL_SUITES,
     METHOD_SECTIONS,
     SECTIONS,
     ConfigError,
@@ -101,7 +100,7 @@ def test_non_finite_numbers_and_seeds_out_of_range_are_refused(
     (they failed late, inside numpy, urllib or torch, or gave a plot of one `0-nan` bin)."""
     from sentemb.evaluation.transfer import TransferConfig
     from sentemb.methods.dclr import DCLRConfig
-    from sentemb.refine import RefineConfig
+    from sentemb.refine.config import RefineConfig
     from sentemb.report.stats import CompareConfig
 
     classes = {"dclr": DCLRConfig, "refine": RefineConfig, "compare": CompareConfig}
@@ -114,7 +113,7 @@ def test_a_section_that_is_not_a_mapping_is_refused(tmp_path: Path, value: objec
     """`eval: 5` gave the code's defaults for every suite (max_pairs null, not params.yaml's)."""
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump({"eval": value}))
-    with pytest.raises(ConfigError, match=r"^eval: expected a mapping of suites \['sts', "):
+    with pytest.raises(ConfigError, match=r"^eval: expected a mapping of suites \['chinese', "):
         load_params(path)
     with pytest.raises(ConfigError, match=r"^eval: expected a mapping, got "):
         section({"eval": value}, "eval.sts", STSConfig)
@@ -161,17 +160,16 @@ def test_params_file_errors(tmp_path: Path) -> None:
         load_params(tmp_path / "bad.yaml")
 
 
-def test_known_sections_are_those_of_params_yaml_and_the_method_registry() -> None:
+def test_known_sections_are_those_of_params_yaml_and_the_registries() -> None:
     """`config.SECTIONS` is the one list of top-level keys: params.yaml has exactly these, and
-    every registered training method has its section; `EVAL_SUITES` are the sections under
-    `eval`, the suites the evaluate stage and the refinements know."""
-    from sentemb.evaluation import suites
-    from sentemb.methods import METHODS
+    every registered training method has its section; the registered suites are the sections
+    under `eval`, in report order."""
+    from sentemb.registry import METHODS, SUITES
 
     params = read_yaml(REPO / "params.yaml")
     assert sorted(params) == sorted(SECTIONS)
     assert set(METHODS) == set(METHOD_SECTIONS)  # one section per method file, none else
-    assert list(params["eval"]) == list(EVAL_SUITES) == list(suites.SUITES)
+    assert list(params["eval"]) == list(SUITES)
 
 
 def test_config_modules_stay_light() -> None:
@@ -219,11 +217,10 @@ def params_sections() -> dict[str, type]:
     """Every params section (dotted) and the dataclass each is read into, from the registries;
     `test_every_params_section_is_walked` checks it covers params.yaml."""
     from sentemb.analysis import AnalysisConfig
-    from sentemb.evaluation.suites import SUITES
-    from sentemb.methods import METHODS
     from sentemb.methods.base import SimCSEConfig
     from sentemb.phrases import PhrasesConfig
-    from sentemb.refine import RefineConfig
+    from sentemb.refine.config import RefineConfig
+    from sentemb.registry import METHODS, SUITES
     from sentemb.report.stats import CompareConfig
     from sentemb.tfidf import TfidfConfig
     from sentemb.training.config import TrainConfig
@@ -234,10 +231,10 @@ def params_sections() -> dict[str, type]:
         "train": TrainConfig,
         "phrases": PhrasesConfig,
         "simcse": SimCSEConfig,
-        **{name: config for name, (_, config) in METHODS.items() if name != "simcse"},
+        **{name: entry.config for name, entry in METHODS.items() if name != "simcse"},
         "refine": RefineConfig,
         "tfidf": TfidfConfig,
-        **{suite.section: suite.config for suite in SUITES.values()},
+        **{f"eval.{name}": entry.config for name, entry in SUITES.items()},
         "analysis": AnalysisConfig,
         "compare": CompareConfig,
     }
@@ -347,7 +344,7 @@ def test_unknown_eval_section_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(params))
     message = (
-        r"^eval: unknown key\(s\) \['stss'\] \(did you mean 'sts'\?\); known keys are \['sts', "
+        r"^eval: unknown key\(s\) \['stss'\] \(did you mean 'sts'\?\); known keys are \['chinese', "
     )
     with pytest.raises(ConfigError, match=message):
         load_params(path)
@@ -399,7 +396,7 @@ def test_stage_refuses_a_misspelled_section(stage: str, tmp_path: Path) -> None:
 def test_pair_samples_are_positive_integers_or_null(dotted: str, key: str, value: object) -> None:
     from sentemb.evaluation.chinese import ChineseConfig
     from sentemb.evaluation.retrieval import RetrievalConfig
-    from sentemb.refine import RefineConfig
+    from sentemb.refine.config import RefineConfig
 
     config = {"eval.chinese": ChineseConfig, "eval.retrieval": RetrievalConfig}.get(dotted)
     with pytest.raises(ConfigError, match=rf"{re.escape(dotted)}\.{key}: "):

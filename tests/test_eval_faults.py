@@ -20,18 +20,12 @@ from test_stages import last_error, run_stage, write_params
 
 from sentemb.data.sources import DATASETS
 from sentemb.encoder import Encoder, model_identity
-from sentemb.evaluation.suites import SUITES
-from sentemb.refine import (
-    CHINESE,
-    CHINESE_SCOPE,
-    ENGLISH,
-    ENGLISH_SCOPE,
-    Fitted,
-    RefineConfig,
-    save_refinement,
-)
+from sentemb.refine.base import CHINESE, CHINESE_SCOPE, ENGLISH, ENGLISH_SCOPE, Fitted
+from sentemb.refine.config import RefineConfig
 from sentemb.refine.repal import RepALConfig, RepALFit
+from sentemb.refine.store import save_refinement
 from sentemb.refine.whitening import Whitening
+from sentemb.registry import SUITES
 
 SMALL_SUITES = {  # one small real task per suite
     "sts": {"tasks": ["STSBenchmark"]},

@@ -24,7 +24,7 @@ from helpers import SENTENCES, STSB, paser_params
 from sentemb.config import ConfigError, read_yaml
 from sentemb.encoder import Encoder
 from sentemb.evaluation.encoders import load_encoder
-from sentemb.methods import CombinedMethod
+from sentemb.methods.base import CombinedMethod
 
 REPO = Path(__file__).resolve().parents[1]
 HUB_NAME = "sentemb-tests/tiny-bert"  # a hub name no hub has: only a test cache holds it

@@ -14,7 +14,9 @@ from pathlib import Path, PurePosixPath
 import pytest
 import yaml
 
+from sentemb import registry
 from sentemb.config import read_yaml
+from sentemb.registry import Registry
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
@@ -58,17 +60,41 @@ def stages() -> dict[str, dict]:
     return {name: stage.get("do", stage) for name, stage in spec.items()}
 
 
+def registries_read(path: Path) -> list[Registry]:
+    """The registries of `sentemb.registry` that `path` reads (any use but `.register` and
+    `.names`, which import nothing): reading one imports every module of its package."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    imported = {
+        alias.asname or alias.name: getattr(registry, alias.name)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "sentemb.registry"
+        for alias in node.names
+        if isinstance(getattr(registry, alias.name), Registry)
+    }
+    naming = {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and node.attr in ("register", "names")
+    }
+    return [
+        imported[node.id]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Name) and node.id in imported and id(node) not in naming
+    ]
+
+
 def used_files(script: Path) -> set[Path]:
-    """`imported_files` and, for a package that imports all its modules (`pkgutil.iter_modules`
-    over its own `__path__`: methods, refinements), every module of it and what they import;
-    and the package data files they read (`resources.files(...).joinpath(...)`)."""
+    """`imported_files` and, for a registry read (`registries_read`), every module of its
+    package and what they import; and the package data files they read
+    (`resources.files(...).joinpath(...)`)."""
     used = imported_files(script) | {script}
     todo = list(used)
     while todo:
         path = todo.pop()
         found: set[Path] = set()
-        if path.name == "__init__.py" and "iter_modules(__path__)" in path.read_text():
-            for module in path.parent.glob("*.py"):
+        for read in registries_read(path):
+            folder = SRC / read.package.replace(".", "/")
+            for module in (folder / f"{name}.py" for name in read.names()):
                 found |= {module, *imported_files(module)}
         todo += sorted(found - used)
         used |= found
@@ -116,7 +142,8 @@ def test_evaluation_stages_list_one_output_per_declared_suite(name: str) -> None
     """dvc.yaml names no suite but in the outputs of the stages that score them all: one metrics
     file per suite of `SUITES` (and a predictions file per pair suite where predictions are
     kept), so a new suite fails here until dvc.yaml lists its files."""
-    from sentemb.evaluation.suites import SUITES, keeping_pairs
+    from sentemb.evaluate import keeping_pairs
+    from sentemb.registry import SUITES
 
     stage = stages()[name]
     assert "--suites" not in stage["cmd"]  # every suite: the stage's default

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import pkgutil
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,29 +17,21 @@ from conftest import REPO
 from safetensors.numpy import load_file, save_file
 from test_encode_cache import CountingEncoder
 
-from sentemb import refine
 from sentemb.config import ConfigError, read_yaml, section
 from sentemb.data.readers import PairSet
 from sentemb.encoder import Encoder, ModelIdentity, model_identity
 from sentemb.evaluation.base import SentenceEncoder, UnusableVectors
 from sentemb.phrases import IdfTable
-from sentemb.refine import (
+from sentemb.refine.base import (
     CHINESE,
     ENGLISH,
     ENGLISH_SCOPE,
-    REFINEMENTS,
-    TENSOR_FILE,
     Context,
-    PerSetEncoder,
-    RefineConfig,
     Refinement,
     RefinementMismatch,
-    build,
-    fit_scope,
-    load_refinement,
-    refinements,
-    save_refinement,
 )
+from sentemb.refine.config import RefineConfig
+from sentemb.refine.fit import fit_scope
 from sentemb.refine.repal import (
     PartialMask,
     RepALConfig,
@@ -49,7 +40,10 @@ from sentemb.refine.repal import (
     eigenvalue_bounds,
     search_lambdas,
 )
+from sentemb.refine.store import TENSOR_FILE, load_refinement, save_refinement
 from sentemb.refine.whitening import Whitening
+from sentemb.refine.wrap import PerSetEncoder, build, refinements
+from sentemb.registry import REFINEMENTS
 
 TOY = ModelIdentity("toy", "ab" * 32, "mean", 8)  # what toy_dev's encoder stands for
 IDF = IdfTable({"cat": 2.0, "sat": 1.5, "mat": 3.0, "dog": 2.5}, documents=10)
@@ -148,7 +142,7 @@ def test_lambda_search_finds_the_known_best_on_a_toy_dev_set() -> None:
     assert metrics["dev/repal"] == pytest.approx(100.0)
     assert metrics["dev/repal"] > metrics["dev/none"]
     # §4.6 order: the λ2 grid with λ1 = 0, then the λ1 grid at the chosen λ2
-    assert [(t["lambda1"], t["lambda2"]) for t in tried] == [
+    assert [(t["lambda1"], t["lambda2"]) for t in tried["repal"]] == [
         *[(0.0, l2) for l2 in (0.0, 0.5, 1.0, 1.5, 2.0)],
         *[(l1, 1.0) for l1 in (0.0, 0.5, 1.0, 1.5)],
     ]
@@ -355,13 +349,14 @@ def test_chinese_set_without_a_fit_is_one_error() -> None:
 
 
 def test_refinements_are_the_package_files_each_with_its_params_section() -> None:
-    files = {module.name for module in pkgutil.iter_modules(refine.__path__)} - {"base"}
-    assert set(REFINEMENTS) == files
+    assert set(REFINEMENTS) == set(REFINEMENTS.names()) == {"repal", "whitening"}
     sections = {f.name: f.type for f in dataclasses.fields(RefineConfig)}
     params = read_yaml(REPO / "params.yaml")["refine"]
-    for name, (cls, config) in REFINEMENTS.items():
-        assert (cls.name, cls.__module__) == (name, f"sentemb.refine.{name}")
-        assert sections[name] is config  # `refine.<name>` is read into the class it registered
+    for name, entry in REFINEMENTS.items():
+        assert (entry.cls.name, entry.cls.__module__) == (name, f"sentemb.refine.{name}")
+        assert (
+            sections[name] is entry.config
+        )  # `refine.<name>` is read into the class it registered
         assert name in params
     assert section({"refine": params}, "refine", RefineConfig).methods == params["methods"]
 

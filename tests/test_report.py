@@ -88,7 +88,9 @@ def figures() -> dict[str, Figure]:
         "layer_similarity": plots.layer_similarity(
             {plots.BEFORE: layers, "sscl": layers, "simcse": layers}
         ),
-        "refine_bound": plots.refine_bound(curve, "RepAL eq. 5"),
+        "dev_curve": plots.dev_curve(
+            curve, "RepAL eq. 5", ("lambda2", "λ2"), ("bound", "bound", "b"), ("dev", "dev", "d")
+        ),
     }
 
 

@@ -10,25 +10,18 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-import pkgutil
 import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
+from sentemb.registry import METHODS, SUITES
+
 T = TypeVar("T")
 
-SHARED_METHOD_MODULES = ("base", "functional")  # the interface and the maths methods share
-# One params section per training method, named as its file in sentemb/methods/ (which is the
-# name it registers: tests/methods/test_registry.py), found without importing torch.
-METHOD_SECTIONS = tuple(
-    sorted(
-        module.name
-        for module in pkgutil.iter_modules([str(Path(__file__).with_name("methods"))])
-        if module.name not in SHARED_METHOD_MODULES
-    )
-)
+# One params section per training method, as the registry names them (without importing torch).
+METHOD_SECTIONS = METHODS.names()
 # The top-level keys of params.yaml: the run plan, one section per concern, one per method.
 SECTIONS = (
     "method",
@@ -44,7 +37,6 @@ SECTIONS = (
     "analysis",
     "compare",
 )
-EVAL_SUITES = ("sts", "transfer", "chinese", "retrieval")  # the sections under `eval`
 SEEDS = range(2**32)  # what every generator seeded here accepts (numpy's: below 2**32)
 
 
@@ -119,9 +111,9 @@ def params_from(params: Any, name: str) -> dict[str, Any]:
     evaluation = params.get("eval")
     if evaluation is not None and not isinstance(evaluation, dict):
         raise ConfigError(
-            f"eval: expected a mapping of suites {list(EVAL_SUITES)}, got {evaluation!r}"
+            f"eval: expected a mapping of suites {list(SUITES.names())}, got {evaluation!r}"
         )
-    check_keys(evaluation or {}, EVAL_SUITES, "eval: unknown key(s)")
+    check_keys(evaluation or {}, SUITES.names(), "eval: unknown key(s)")
     return params
 
 

@@ -25,8 +25,8 @@ from typing import Any
 
 from sentemb.cli import Parser, run_stage
 from sentemb.config import UserError, parse_yaml, section
-from sentemb.evaluation.suites import SUITES
 from sentemb.io import atomic_path, read_json, write_json
+from sentemb.registry import SUITES
 from sentemb.report.compare import compare
 from sentemb.report.markdown import REFINED, leaderboard
 from sentemb.report.runs import TFIDF, UNTRAINED, Experiment, Reader, load, revision_reader

@@ -29,8 +29,8 @@ from typing import Any
 
 from sentemb.cli import Parser, points, run_stage
 from sentemb.config import UserError, load_params, section
-from sentemb.evaluation.suites import SUITES
 from sentemb.io import leaves
+from sentemb.registry import SUITES
 from sentemb.report.stats import NOISE, CompareConfig
 from sentemb.tracking import SECONDS
 

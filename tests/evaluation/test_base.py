@@ -15,6 +15,7 @@ from helpers import write_stsb
 
 from sentemb.config import ConfigError
 from sentemb.data.download import DataUnavailable
+from sentemb.evaluate import build_evaluator, keeping_pairs
 from sentemb.evaluation.base import (
     CHINESE,
     ENGLISH,
@@ -28,8 +29,8 @@ from sentemb.evaluation.base import (
 from sentemb.evaluation.chinese import ChineseConfig, ChineseEvaluator
 from sentemb.evaluation.retrieval import RetrievalConfig, RetrievalEvaluator
 from sentemb.evaluation.sts import STSConfig, STSEvaluator
-from sentemb.evaluation.suites import SUITES, keeping_pairs
 from sentemb.evaluation.transfer import TransferConfig, TransferEvaluator
+from sentemb.registry import SUITES
 
 
 class FixedEncoder:
@@ -145,7 +146,7 @@ def test_an_absence_nothing_explains_is_an_error_at_the_stage(tmp_path: Path) ->
 def test_every_task_skipped_is_an_error(tmp_path: Path, suite: str) -> None:
     write_manifest(tmp_path, [], {"STS12": "no network", "MR": "no network"})
     params = {"eval": {"transfer": {"kfold": 2, "inner_kfold": 2}}}
-    scored = SUITES[suite].build(params, tmp_path, 4)
+    scored = build_evaluator(suite, params, tmp_path, 4)
     metrics = scored(FixedEncoder(distinct))
     assert metrics == {}
     with pytest.raises(DataUnavailable, match="no task could be scored under"):
@@ -164,12 +165,12 @@ def test_each_suite_is_declared_once_with_what_its_readers_need() -> None:
         "retrieval": (RetrievalEvaluator, RetrievalConfig, (ENGLISH, CHINESE)),
     }
     for name, suite in SUITES.items():
-        assert (suite.evaluator, suite.config, suite.languages) == expected[name]
-        assert suite.name == name and suite.section == f"eval.{name}"
-        assert suite.title and suite.columns[-1] == "avg"
-        assert isinstance(suite.build({}, Path("data"), 4), suite.evaluator)
+        assert (suite.cls, suite.config, suite.cls.languages) == expected[name]
+        assert suite.name == suite.cls.name == name
+        assert suite.cls.title and suite.cls.columns[-1] == "avg"
+        assert isinstance(build_evaluator(name, {}, Path("data"), 4), suite.cls)
     with pytest.raises(ConfigError, match=r"^eval\.sts: unknown key"):
-        SUITES["sts"].build({"eval": {"sts": {"taks": []}}}, Path("data"), 4)
+        build_evaluator("sts", {"eval": {"sts": {"taks": []}}}, Path("data"), 4)
 
 
 class SeenEncoder(FixedEncoder):

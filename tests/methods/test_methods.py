@@ -9,8 +9,7 @@ import torch
 
 from sentemb.config import ConfigError
 from sentemb.encoder import Encoder, EncoderOutput
-from sentemb.methods import CombinedMethod
-from sentemb.methods.base import TrainState, Views
+from sentemb.methods.base import CombinedMethod, TrainState, Views
 
 # unit vectors; cos(anchor_i, positive_j) = [[1, 0, 0], [0, 1, -1], [-1, 0, 0]]
 ANCHORS = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])

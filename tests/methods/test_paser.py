@@ -12,8 +12,7 @@ from helpers import SENTENCES, make_trainer, paser_params
 
 from sentemb.config import ConfigError
 from sentemb.encoder import Encoder
-from sentemb.methods import CombinedMethod
-from sentemb.methods.base import MethodOutput, TrainState, Views
+from sentemb.methods.base import CombinedMethod, MethodOutput, TrainState, Views
 from sentemb.methods.paser import (
     MaskedCopy,
     decoder_targets,

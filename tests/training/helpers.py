@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from sentemb.encoder import Encoder
-from sentemb.methods import CombinedMethod
+from sentemb.methods.base import CombinedMethod
 from sentemb.phrases import PhrasesConfig, extract
 from sentemb.training.config import TrainConfig
 from sentemb.training.loop import Trainer

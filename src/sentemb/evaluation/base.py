@@ -24,7 +24,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 import scipy.sparse as sp
@@ -66,7 +66,17 @@ class Evaluator(ABC):
     Every evaluator is called the same way: `evaluator(encoders)` with `encoders` mapping
     `ENGLISH` and `CHINESE` to the encoder of that language's sentences, or one encoder for
     every language. Subclasses implement `score`, which picks the languages it needs.
+
+    A suite is an evaluator registered with `sentemb.registry.register_suite(name, config,
+    order)`: its params section is `eval.<name>`, its metrics file `<name>.json`, and `order`
+    its place in the reports; it declares the rest as class attributes.
     """
+
+    name: ClassVar[str]
+    languages: ClassVar[tuple[str, ...]]  # the encoders it scores (ENGLISH, CHINESE)
+    pairs: ClassVar[bool]  # scored by Spearman over pairs: keeps `pairs` (compare's bootstrap)
+    title: ClassVar[str]  # the report's heading
+    columns: ClassVar[tuple[str, ...]]  # the report's columns, metric keys
 
     def __init__(self, root: Path, batch_size: int = 128) -> None:
         self.root, self.batch_size = Path(root), batch_size

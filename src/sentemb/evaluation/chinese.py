@@ -17,6 +17,7 @@ from sentemb.data.readers import read_chinese
 from sentemb.data.sources import CHINESE_SETS
 from sentemb.evaluation.base import CHINESE, Evaluator, SentenceEncoder, for_set, spearman
 from sentemb.evaluation.sts import cosine_scores
+from sentemb.registry import register_suite
 
 
 @dataclass
@@ -40,11 +41,17 @@ def dataset_name(task: str) -> str:
     return "STS-B-zh" if task == "STS-B" else task
 
 
+@register_suite("chinese", config=ChineseConfig, order=2)
 class ChineseEvaluator(Evaluator):
     """Spearman x 100 per set (`split` = test, or valid for model selection) and their average.
 
     Each set is encoded on its own, so a refinement fitted per set (`for_set`) applies to it.
     """
+
+    languages = (CHINESE,)
+    pairs = True
+    title = "Chinese STS (Spearman x 100)"
+    columns = ("ATEC", "BQ", "LCQMC", "PAWSX", "STS-B", "avg")
 
     def __init__(
         self,

@@ -63,6 +63,7 @@ from sentemb.evaluation.base import (
     for_set,
     rowwise_cosine,
 )
+from sentemb.registry import register_suite
 
 log = logging.getLogger(__name__)
 
@@ -302,9 +303,24 @@ def score_reranking(
 # --- the suite -----------------------------------------------------------------------------
 
 
+@register_suite("retrieval", config=RetrievalConfig, order=3)
 class RetrievalEvaluator(Evaluator):
     """QQP retrieval, AskUbuntu reranking, and the QQP protocol on the offline duplicate-pair
     sets."""
+
+    languages = (ENGLISH, CHINESE)
+    pairs = False
+    title = "Retrieval (MAP / MRR@10 x 100)"
+    columns = (
+        "QQP/map",
+        "QQP/mrr@10",
+        "AskUbuntu/map",
+        "AskUbuntu/mrr@10",
+        "QQP-protocol/LCQMC/map",
+        "QQP-protocol/BQ/map",
+        "QQP-protocol/MRPC/map",
+        "avg",
+    )
 
     def __init__(
         self, root: Path, batch_size: int = 128, config: RetrievalConfig | None = None

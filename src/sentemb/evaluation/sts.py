@@ -23,6 +23,7 @@ from sentemb.evaluation.base import (
     rowwise_cosine,
     spearman,
 )
+from sentemb.registry import register_suite
 
 STS_TASKS = (*STS_SUBSETS, "STSBenchmark", "SICKRelatedness")
 DEV_TASKS = ("STSBenchmark", "SICKRelatedness")
@@ -60,6 +61,7 @@ def cosine_scores(
     }
 
 
+@register_suite("sts", config=STSConfig, order=0)
 class STSEvaluator(Evaluator):
     """Unsupervised STS: no training, cosine similarity against gold scores.
 
@@ -67,6 +69,11 @@ class STSEvaluator(Evaluator):
     trial where `config.tasks` has their tasks, the model-selection sets (SimCSE selects on STS-B
     dev; DCLR on STS-B dev + SICK trial).
     """
+
+    languages = (ENGLISH,)
+    pairs = True
+    title = "STS (Spearman x 100 of cosine vs gold; STS12-16 pooled, the 'all' setting)"
+    columns = (*STS_TASKS, "avg")
 
     def __init__(
         self,

@@ -65,6 +65,7 @@ from sentemb.evaluation.base import (
     embed,
     pair_features,
 )
+from sentemb.registry import register_suite
 
 logger = logging.getLogger(__name__)
 
@@ -250,6 +251,7 @@ def _ntokens(sentence: str) -> int:
     return len(sentence.split())
 
 
+@register_suite("transfer", config=TransferConfig, order=1)
 class TransferEvaluator(Evaluator):
     """The seven SentEval transfer tasks (Conneau & Kiela, LREC 2018) with logistic regression.
 
@@ -258,6 +260,11 @@ class TransferEvaluator(Evaluator):
     the tasks that ran. A task whose files are missing is skipped and its reason is recorded in
     `skipped`; ``avg`` is absent only when no task ran.
     """
+
+    languages = (ENGLISH,)
+    pairs = False
+    title = "Transfer (SentEval accuracy)"
+    columns = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC", "avg")
 
     def __init__(
         self, root: Path, batch_size: int = 128, config: TransferConfig | None = None

@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from sentemb.config import Positive, parse_spec, section
 from sentemb.encoder import Encoder, EncoderOutput
 from sentemb.methods.functional import gather_with_grad, info_nce
+from sentemb.registry import METHODS
 
 
 @dataclass
@@ -167,20 +168,6 @@ class Method(nn.Module):
         """Write what inspection needs beside the saved model (e.g. PaSeR's decoder)."""
 
 
-METHODS: dict[str, tuple[type[Method], type]] = {}
-
-
-def register_method(name: str, config: type) -> Callable[[type[Method]], type[Method]]:
-    """Class decorator: make a method available as `method: <name>` with its params section."""
-
-    def register(cls: type[Method]) -> type[Method]:
-        cls.name = name
-        METHODS[name] = (cls, config)
-        return cls
-
-    return register
-
-
 @dataclass
 class MethodOutput:
     """The loss to minimise and the scalars to log (each part's own terms)."""
@@ -201,7 +188,7 @@ class CombinedMethod(nn.Module):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             self.parts = nn.ModuleDict(
-                {n: METHODS[n][0](section(params, n, METHODS[n][1]), encoder) for n in names}
+                {n: METHODS[n].cls(section(params, n, METHODS[n].config), encoder) for n in names}
             )
 
     @property

@@ -38,7 +38,7 @@ from torch import Tensor
 
 from sentemb.config import NonNegative, NonNegativeInt, Positive, Probability
 from sentemb.encoder import Encoder, check_pooler, saved_pooler
-from sentemb.methods.base import Method, Objective, TrainState, Views, register_method
+from sentemb.methods.base import Method, Objective, TrainState, Views
 from sentemb.methods.functional import (
     NORM_EPS,
     Reduction,
@@ -50,6 +50,7 @@ from sentemb.methods.functional import (
     normalize,
     reduce_losses,
 )
+from sentemb.registry import register_method
 
 
 def noise_negatives(

@@ -37,7 +37,7 @@ from torch import Tensor
 
 from sentemb.config import Count, NonNegative, Positive, Probability
 from sentemb.encoder import Encoder
-from sentemb.methods.base import Method, Objective, TrainState, Views, register_method
+from sentemb.methods.base import Method, Objective, TrainState, Views
 from sentemb.methods.functional import (
     check_temperature,
     cosine_matrix,
@@ -45,6 +45,7 @@ from sentemb.methods.functional import (
     info_nce,
     normalize,
 )
+from sentemb.registry import register_method
 
 AlphaKind = Literal["constant", "cosine"]
 

@@ -31,8 +31,9 @@ from sentemb.config import ConfigError, Count, NonNegative, Range
 from sentemb.data.augment import EDA, EDA_OPERATIONS
 from sentemb.data.readers import DataFormatError
 from sentemb.encoder import Encoder
-from sentemb.methods.base import Method, Objective, TrainState, Views, register_method
+from sentemb.methods.base import Method, Objective, TrainState, Views
 from sentemb.phrases import nltk_stopwords, read_phrase_spans
+from sentemb.registry import register_method
 
 DECODER_DIR = "paser_decoder"
 

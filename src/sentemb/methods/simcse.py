@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from sentemb.methods.base import Method, SimCSEConfig, register_method
+from sentemb.methods.base import Method, SimCSEConfig
+from sentemb.registry import register_method
 
 
 @register_method("simcse", config=SimCSEConfig)

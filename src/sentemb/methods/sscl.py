@@ -35,8 +35,9 @@ from torch import Tensor
 
 from sentemb.config import ConfigError, Range
 from sentemb.encoder import Encoder
-from sentemb.methods.base import Method, Objective, TrainState, Views, register_method
+from sentemb.methods.base import Method, Objective, TrainState, Views
 from sentemb.methods.functional import gather_with_grad
+from sentemb.registry import register_method
 
 SSCLVariant = Literal["self", "batch"]
 

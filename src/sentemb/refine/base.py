@@ -1,4 +1,6 @@
-"""What every refinement shares: the interface, the registry, the context it is built for."""
+"""What every refinement shares: the interface and the context it is built for; a refinement
+registers itself with `sentemb.registry.register_refinement` (its name is `refine.methods`' and
+its params sub-section's, `refine.<name>`)."""
 
 from __future__ import annotations
 
@@ -9,11 +11,34 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from sentemb.config import UserError
 from sentemb.evaluation.base import SentenceEncoder
 from sentemb.phrases import IdfTable
 
 Scalars = dict[str, float]  # a fit's numbers, saved as JSON
 Tensors = dict[str, np.ndarray]  # a fit's arrays, saved as safetensors
+ENGLISH, CHINESE = "english", "chinese"  # the encoders a refinement is fitted around
+ENGLISH_SCOPE = ENGLISH
+CHINESE_SCOPE = f"{CHINESE}/"  # + the set's name: Chinese fits are per set
+Fitted = dict[str, Any]  # one scope's fits: refinement name -> what it fitted
+
+
+class RefinementMismatch(UserError, ValueError):
+    """A saved refinement does not belong to the model (or the sets) it is applied to."""
+
+
+@dataclass(frozen=True)
+class Curve:
+    """A figure of a refinement on STS-B dev: its `points` (written as `<name>.json`) and two of
+    their keys, `left` and `right`, against a third, `x`, each a (key, label) pair, drawn by
+    `report.plots.dev_curve` as `<name>.png` under `title` and the model's name."""
+
+    name: str
+    title: str
+    points: list[Scalars]
+    x: tuple[str, str]
+    left: tuple[str, str, str]  # key, legend, axis label
+    right: tuple[str, str, str]
 
 
 @dataclass(frozen=True)
@@ -34,6 +59,8 @@ class Refinement(ABC):
     """
 
     name: ClassVar[str]
+    label: ClassVar[str]  # how reports name it ("simcse + RepAL")
+    figures: ClassVar[tuple[str, ...]] = ()  # the names of its `curves`
     keywords: ClassVar[bool] = False  # masks TF-IDF keywords: fitted with the English IDF table
 
     def __init__(self, config: Any, context: Context) -> None:
@@ -69,17 +96,11 @@ class Refinement(ABC):
     def load(scalars: Scalars, tensors: Tensors) -> Any:
         """The fit `save` wrote; a missing value is a KeyError."""
 
-
-REFINEMENTS: dict[str, tuple[type[Refinement], type]] = {}
-
-
-def register_refinement(name: str, config: type) -> Callable[[type[Refinement]], type[Refinement]]:
-    """Class decorator: make a refinement available as `refine.methods: [<name>]`, with its
-    params sub-section `refine.<name>` read into `config`."""
-
-    def register(cls: type[Refinement]) -> type[Refinement]:
-        cls.name = name
-        REFINEMENTS[name] = (cls, config)
-        return cls
-
-    return register
+    @classmethod
+    def curves(
+        cls, config: Any | None, vectors: np.ndarray, tried: list[Scalars], dev_none: float
+    ) -> tuple[Scalars, list[Curve]]:
+        """Its `figures` from the English dev sentences' `vectors`, the candidates `tune` tried
+        and the unrefined dev score, with what they report; drawn whether it was fitted or not
+        (`config` None: not in `refine.methods`), as the pipeline expects the files."""
+        return {}, []

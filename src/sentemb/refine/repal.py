@@ -29,13 +29,8 @@ import numpy as np
 from sentemb.config import ConfigError, Count, NonNegative
 from sentemb.evaluation.base import SentenceEncoder, distinct
 from sentemb.phrases import IdfTable, KeywordScorer, nltk_stopwords
-from sentemb.refine.base import (
-    Context,
-    Refinement,
-    Scalars,
-    Tensors,
-    register_refinement,
-)
+from sentemb.refine.base import Context, Curve, Refinement, Scalars, Tensors
+from sentemb.registry import register_refinement
 from sentemb.tfidf import WORD_PATTERN, quiet_jieba
 
 LEVELS = ("sentence", "corpus")
@@ -233,6 +228,8 @@ class RepALFit:
 class RepAL(Refinement):
     """RepAL (eq. 1-3): v̂ from the fitting sentences, the λs searched on the dev set (§4.6)."""
 
+    label = "RepAL"
+    figures = ("refine_bound",)
     keywords = True
     config: RepALConfig
 
@@ -261,6 +258,23 @@ class RepAL(Refinement):
 
     def wrap(self, encoder: SentenceEncoder, fit: RepALFit) -> SentenceEncoder:
         return RepALEncoder(encoder, self.mask, fit.lambda1, fit.lambda2, fit.mean)
+
+    @classmethod
+    def curves(
+        cls, config: RepALConfig | None, vectors: np.ndarray, tried: list[Scalars], dev_none: float
+    ) -> tuple[Scalars, list[Curve]]:
+        """Fig. 2 (`bound_curve`) and the λ2 of the lowest bound."""
+        points = bound_curve(vectors, config, tried, dev_none)
+        lowest = min(points, key=lambda p: p["bound"])
+        curve = Curve(
+            "refine_bound",
+            "RepAL eq. 5 on STS-B dev",
+            points,
+            ("lambda2", "λ2 (corpus-level weight)"),
+            ("bound", "eigenvalue bound (eq. 5)", "upper bound of largest eigenvalue"),
+            ("dev", "STS-B dev (right axis)", "STS-B dev Spearman x 100"),
+        )
+        return {"bound/argmin_lambda2": lowest["lambda2"]}, [curve]
 
     @staticmethod
     def save(fit: RepALFit) -> tuple[Scalars, Tensors]:

@@ -15,7 +15,8 @@ import numpy as np
 
 from sentemb.config import ConfigError, Count
 from sentemb.evaluation.base import SentenceEncoder, distinct
-from sentemb.refine.base import Refinement, Scalars, Tensors, register_refinement
+from sentemb.refine.base import Refinement, Scalars, Tensors
+from sentemb.registry import register_refinement
 
 RANK_TOLERANCE = 1e-10  # variances below this share of the largest count as zero
 
@@ -86,6 +87,7 @@ class WhitenedEncoder:
 class WhiteningRefinement(Refinement):
     """Whitening fitted on the fitting sentences' vectors (the fit is a `Whitening` or None)."""
 
+    label = "whitening"
     config: WhiteningConfig
 
     def fit(self, vectors: np.ndarray | None) -> tuple[Whitening | None, Scalars]:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from sentemb.config import ConfigError
-from sentemb.evaluation.suites import SUITES
+from sentemb.registry import SUITES
 from sentemb.report.markdown import REFINED
 from sentemb.report.runs import Experiment
 from sentemb.report.stats import (
@@ -107,7 +107,7 @@ def compare(
     results: dict[str, dict[str, dict[str, Result]]] = {label: {} for label in others}
     for suite, declared in SUITES.items():
         replicates: dict[str, Any] = {}
-        if declared.pairs:
+        if declared.cls.pairs:
             tasks = pair_tasks({label: e.predictions[suite] for label, e in experiments.items()})
             replicates = bootstrap_scores(tasks, config.resamples, config.seed)
         for row in (suite, *(f"{suite}/{r}" for r in REFINED)):

@@ -1,7 +1,7 @@
 """The Markdown of the reports, in the papers' layout: stage `summary`'s (`reports/summary.md`),
 the comparison of two experiments (`sentemb.compare`) and the leaderboard.
 
-A table per suite, titled and with the columns its declaration gives (`evaluation.suites.SUITES`):
+A table per suite, titled and with the columns its registration gives (`registry.SUITES`):
 a row per method with mean ± std over seeds, its refined rows, then the single-run reference
 rows; the paired tests against a baseline; the protocol and the deviations from the papers.
 """
@@ -13,12 +13,12 @@ from typing import Any
 
 from sentemb.config import METHOD_SECTIONS, section
 from sentemb.evaluation.chinese import ChineseConfig
-from sentemb.evaluation.suites import SUITES
 from sentemb.model_config import ModelConfig
+from sentemb.registry import REFINEMENTS, SUITES
 from sentemb.report.stats import NO_DIFFERENCE, NOISE, mean_std
 from sentemb.training.config import TrainConfig
 
-REFINED = {"repal": "RepAL", "whitening": "whitening"}
+REFINED = {name: entry.cls.label for name, entry in REFINEMENTS.items()}  # name -> label
 REFERENCE_LABELS = {"untrained": "untrained model", "tfidf": "TF-IDF"}  # the reference rows
 PAPER_CORPUS = 1_000_000
 PAPER_BACKBONES = ("bert-base", "bert-large", "roberta-base", "roberta-large")
@@ -88,7 +88,7 @@ def suite_table(
 ) -> str:
     """Rows: each method (`methods[m][suite]` and `[f"{suite}/{refinement}"]` hold per-key
     mean/std/n), then each single run (`singles[name][suite]`: a metrics file's content)."""
-    keys = SUITES[suite].columns
+    keys = SUITES[suite].cls.columns
     rows = []
     for method, sections in methods.items():
         for name, label in (
@@ -126,7 +126,7 @@ def paired_table(
     rows = []
     for method, suites in paired.items():
         for suite, tasks in suites.items():
-            for task in sorted(tasks, key=SUITES[suite].columns.index):
+            for task in sorted(tasks, key=SUITES[suite].cls.columns.index):
                 r = tasks[task]
                 p = "-" if r["p_seeds"] is None else f"{r['p_seeds']:.3f}"
                 rows.append(
@@ -168,7 +168,7 @@ def summary(
         " (`dvc repro`); against another revision or experiment: `python -m sentemb.compare`.",
     ]
     for suite in SUITES.values():
-        parts += [f"## {suite.title}", suite_table(suite.name, methods, singles)]
+        parts += [f"## {suite.cls.title}", suite_table(suite.name, methods, singles)]
     rows = sorted({name for values in per_seed.values() for name in values}, key=row_order)
     parts += [
         "## Per seed (suite averages)",
@@ -234,7 +234,7 @@ def comparison(
     rows = []
     for row in sorted(results, key=row_order):
         before, after = old.scores(row), new.scores(row)
-        for column in SUITES[row.partition("/")[0]].columns:
+        for column in SUITES[row.partition("/")[0]].cls.columns:
             if column not in results[row] or (not tasks and column != "avg"):
                 continue
             name = row_label(row) + ("" if column == "avg" else f" {column}")
@@ -252,9 +252,6 @@ def comparison(
     return "\n".join(lines) + markdown(header, rows) + "\n"
 
 
-LEADERBOARD_ROWS = ("sts", "transfer", "chinese", "retrieval")  # the suites of the main table
-
-
 def leaderboard(board: Mapping[str, Any]) -> str:
     """reports/leaderboard.md: the results table (each row: suite averages, mean ± std over
     seeds; its STS test against SimCSE; corpus; commit), the reference rows, then every paired
@@ -262,7 +259,7 @@ def leaderboard(board: Mapping[str, Any]) -> str:
     rows = sorted(board["rows"], key=leaderboard_order)
     header = [
         "model",
-        *(f"{SUITES[s].title.split(' (')[0]} avg" for s in LEADERBOARD_ROWS),
+        *(f"{SUITES[s].cls.title.split(' (')[0]} avg" for s in SUITES),
         "STS vs SimCSE",
         "trained on",
         "commit",
@@ -278,7 +275,7 @@ def leaderboard(board: Mapping[str, Any]) -> str:
             table.append(
                 [
                     row["label"] + (f" + {label}" if refinement else ""),
-                    *(spread(row["scores"].get(f"{s}{name}")) for s in LEADERBOARD_ROWS),
+                    *(spread(row["scores"].get(f"{s}{name}")) for s in SUITES),
                     "-" if test is None else f"{test['difference']:+.2f} ({verdict(test)})",
                     row["trained_on"] if not refinement else "",
                     commit if not refinement else "",
@@ -288,11 +285,10 @@ def leaderboard(board: Mapping[str, Any]) -> str:
         averages = board["reference"][name]
         for refinement, suffix in ((None, ""), *REFINED.items()):
             key = f"/{refinement}" if refinement else ""
-            if not any(f"{s}{key}" in averages for s in LEADERBOARD_ROWS):
+            if not any(f"{s}{key}" in averages for s in SUITES):
                 continue
             cells = [
-                f"{averages[f'{s}{key}']:.2f}" if f"{s}{key}" in averages else "-"
-                for s in LEADERBOARD_ROWS
+                f"{averages[f'{s}{key}']:.2f}" if f"{s}{key}" in averages else "-" for s in SUITES
             ]
             reference = board["reference_commit"][:7]
             table.append(

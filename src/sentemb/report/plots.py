@@ -197,16 +197,23 @@ def layer_similarity(curves: dict[str, dict[str, list[float]]]) -> Figure:
     return figure
 
 
-def refine_bound(curve: list[dict[str, float]], title: str) -> Figure:
-    """RepAL Fig. 2: the eigenvalue bound (eq. 5, left axis) and STS-B dev Spearman (right
-    axis) against λ2."""
+def dev_curve(
+    points: list[dict[str, float]],
+    title: str,
+    x: tuple[str, str],
+    left: tuple[str, str, str],
+    right: tuple[str, str, str],
+) -> Figure:
+    """A refinement's curve on STS-B dev (`refine.base.Curve`; RepAL's Fig. 2: the eigenvalue
+    bound of eq. 5 and the dev Spearman against λ2): the points' `left` key on the left axis and
+    `right` on the right against `x`, each given as (key, legend[, axis label])."""
     figure = new_figure(title, 7.5)
-    left = figure.subplots()
-    lambdas = [p["lambda2"] for p in curve]
-    left.plot(lambdas, [p["bound"] for p in curve], "k.-", label="eigenvalue bound (eq. 5)")
-    left.set(xlabel="λ2 (corpus-level weight)", ylabel="upper bound of largest eigenvalue")
-    right = left.twinx()
-    right.plot(lambdas, [p["dev"] for p in curve], "ks--", ms=4, label="STS-B dev (right axis)")
-    right.set_ylabel("STS-B dev Spearman x 100")
-    legend(figure, [left, right])
+    axis = figure.subplots()
+    xs = [p[x[0]] for p in points]
+    axis.plot(xs, [p[left[0]] for p in points], "k.-", label=left[1])
+    axis.set(xlabel=x[1], ylabel=left[2])
+    twin = axis.twinx()
+    twin.plot(xs, [p[right[0]] for p in points], "ks--", ms=4, label=right[1])
+    twin.set_ylabel(right[2])
+    legend(figure, [axis, twin])
     return figure

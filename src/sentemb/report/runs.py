@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from sentemb.config import ConfigError, UserError, params_from, parse_yaml, run_plan
-from sentemb.evaluation.suites import SUITES
+from sentemb.registry import SUITES
 
 Reader = Callable[[str], bytes]  # a path relative to the repository root -> the file's bytes
 RUNS, PREDICTIONS, CURVES = "metrics/runs", "predictions", "plots/runs"
@@ -61,7 +61,7 @@ class Experiment:
         found = [f[suite].get(refinement) if refinement else f[suite] for f in self.files]
         if any(values is None for values in found):
             return None
-        columns = [c for c in SUITES[suite].columns if all(c in values for values in found)]
+        columns = [c for c in SUITES[suite].cls.columns if all(c in values for values in found)]
         return {c: [float(values[c]) for values in found] for c in columns}
 
 
@@ -131,7 +131,7 @@ def load(read: Reader, label: str | None = None, params: dict | None = None) -> 
     predictions = {
         suite: [read_npz(read, f"{PREDICTIONS}/{seed}/{suite}.npz") for seed in seeds]
         for suite, declared in SUITES.items()
-        if declared.pairs
+        if declared.cls.pairs
     }
     if "STSBenchmark/predicted" not in predictions["sts"][0]:
         raise ConfigError("eval.sts.tasks: the cosine density plot needs STSBenchmark")

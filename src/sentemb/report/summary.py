@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from sentemb.config import ConfigError, section
-from sentemb.evaluation.suites import SUITES
 from sentemb.io import leaves, write_json
+from sentemb.registry import SUITES
 from sentemb.report import plots
 from sentemb.report.markdown import REFINED, protocol, summary
 from sentemb.report.plots import BEFORE
@@ -83,7 +83,7 @@ def aggregate(files: list[dict]) -> dict[str, dict]:
                 continue
             result[name] = {
                 k: mean_std([r[k] for r in found])
-                for k in declared.columns
+                for k in declared.cls.columns
                 if all(k in r for r in found)
             }
     return result
@@ -106,7 +106,7 @@ def headline(experiment: Experiment) -> dict[str, Any]:
     for name, suites in experiment.singles.items():
         singles[name] = {}
         for suite, metrics in suites.items():
-            columns = SUITES[suite].columns
+            columns = SUITES[suite].cls.columns
             for row, values in (
                 (suite, metrics),
                 *((f"{suite}/{r}", metrics.get(r)) for r in REFINED),

@@ -40,8 +40,7 @@ from sentemb.config import ConfigError, UserError
 from sentemb.encoder import Encoder, EncoderOutput, autocast, autocast_dtype, pool
 from sentemb.evaluation.base import UnusableVectors, scoring
 from sentemb.io import atomic_path
-from sentemb.methods import CombinedMethod
-from sentemb.methods.base import TrainState, Views
+from sentemb.methods.base import CombinedMethod, TrainState, Views
 from sentemb.training.checkpoint import (
     exclusive,
     key_differences,

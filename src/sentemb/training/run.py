@@ -23,7 +23,7 @@ from sentemb.data.sources import DATASETS
 from sentemb.encoder import Encoder, check_pooler, model_identity
 from sentemb.evaluation.base import distinct, probe, scoring
 from sentemb.evaluation.sts import STSConfig, STSEvaluator
-from sentemb.methods import CombinedMethod
+from sentemb.methods.base import CombinedMethod
 from sentemb.methods.paser import PaSeRConfig
 from sentemb.model_config import ModelConfig
 from sentemb.phrases import PhrasesConfig

@@ -1,4 +1,5 @@
-"""Score one model on every suite asked for, plain and refined, encoding each sentence once.
+"""Score one model on every suite asked for, plain and refined, encoding each sentence once
+(above both `evaluation` and `refine`, which it joins).
 
 The model's encoders (one per language its suites read; the English one serves Chinese too when
 `eval.chinese` names the same model and pooler) are each wrapped in one `CachedEncoder` that
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from sentemb.evaluation.base import (
     ENGLISH,
     LANGUAGES,
     CachedEncoder,
+    Evaluator,
     SentenceEncoder,
     require_complete,
     require_finite,
@@ -31,11 +33,23 @@ from sentemb.evaluation.base import (
 )
 from sentemb.evaluation.chinese import ChineseConfig
 from sentemb.evaluation.encoders import load_encoder, model_names
-from sentemb.evaluation.suites import SUITES
 from sentemb.model_config import ModelConfig
-from sentemb.refine import load_refinement, refinements
+from sentemb.refine.store import load_refinement
+from sentemb.refine.wrap import refinements
+from sentemb.registry import SUITES
 
 log = logging.getLogger(__name__)
+
+
+def keeping_pairs(names: Iterable[str] = SUITES) -> list[str]:
+    """The suites of `names` that keep each pair's scores (those scored over pairs)."""
+    return [name for name in names if SUITES[name].cls.pairs]
+
+
+def build_evaluator(name: str, params: dict[str, Any], root: Path, batch_size: int) -> Evaluator:
+    """Suite `name`'s evaluator, configured by its params section `eval.<name>`."""
+    suite = SUITES[name]
+    return suite.cls(root, batch_size, section(params, f"eval.{name}", suite.config))
 
 
 @dataclass
@@ -88,8 +102,8 @@ def evaluate_model(
     if refined is not None and "tfidf" in model_names(params, model):
         raise ConfigError("--refined: the TF-IDF baseline is never refined (no mask token)")
     batch_size = section(params, "model", ModelConfig).batch_size
-    evaluators = {name: SUITES[name].build(params, data, batch_size) for name in suites}
-    languages = {lang for name in suites for lang in SUITES[name].languages}
+    evaluators = {name: build_evaluator(name, params, data, batch_size) for name in suites}
+    languages = {lang for name in suites for lang in SUITES[name].cls.languages}
     encoders, names = load_encoders(params, model, languages, data)
     refined_encoders: dict[str, dict[str, SentenceEncoder]] = {}
     methods: list[str] = []  # the refinements, scored on the suites of `refine.suites`
@@ -105,9 +119,9 @@ def evaluate_model(
     results: dict[str, SuiteResult] = {}
     for name, evaluator in evaluators.items():
         suite = SUITES[name]
-        label = ", ".join(dict.fromkeys(names[lang] for lang in suite.languages))
+        label = ", ".join(dict.fromkeys(names[lang] for lang in suite.cls.languages))
         with scoring(label):
-            metrics = evaluator({lang: encoders[lang] for lang in suite.languages})
+            metrics = evaluator({lang: encoders[lang] for lang in suite.cls.languages})
         require_complete(evaluator, name, metrics)
         require_finite(f"{label}, suite {name}", metrics)
         pairs = dict(evaluator.pairs)
@@ -119,7 +133,7 @@ def evaluate_model(
         for method in methods if name in refined_suites else []:
             with scoring(f"{label} + {method}"):
                 result[method] = evaluator(
-                    {lang: refined_encoders[lang][method] for lang in suite.languages}
+                    {lang: refined_encoders[lang][method] for lang in suite.cls.languages}
                 )
             require_finite(f"{label} + {method}, suite {name}", result[method])
         results[name] = SuiteResult(result, pairs, time.perf_counter() - started)
