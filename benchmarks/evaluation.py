@@ -28,9 +28,10 @@ from collect import machine
 from sentemb.config import load_params, section
 from sentemb.data.readers import read_sick, read_sts_year, read_stsb
 from sentemb.data.sources import STS_SUBSETS
-from sentemb.encoder import Encoder, resolve_model
+from sentemb.encoder import Encoder
 from sentemb.evaluation.sts import STS_TASKS, STSConfig, STSEvaluator
 from sentemb.model_config import ModelConfig
+from sentemb.model_files import resolve_model
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -37,9 +37,10 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from sentemb.config import load_params, section
 from sentemb.data.readers import read_corpus
-from sentemb.encoder import Encoder, autocast, resolve_model
+from sentemb.encoder import Encoder, autocast
 from sentemb.methods.base import CombinedMethod
 from sentemb.model_config import ModelConfig
+from sentemb.model_files import resolve_model
 from sentemb.training.config import TrainConfig
 from sentemb.training.loop import Trainer
 

@@ -19,9 +19,10 @@ from pathlib import Path
 from sentemb.analysis import AnalysisConfig, analyze
 from sentemb.cli import Parser, run_stage
 from sentemb.config import load_params, section
-from sentemb.encoder import POOLER_FILE, check_pooler
 from sentemb.io import check_output
 from sentemb.model_config import ModelConfig
+from sentemb.model_files import POOLER_FILE
+from sentemb.pooling import check_pooler
 from sentemb.tracking import mlflow_run
 from sentemb.training.config import TrainConfig
 

@@ -24,7 +24,8 @@ import pytest
 import torch
 
 from sentemb.cli import Parser
-from sentemb.encoder import Encoder, resolve_model
+from sentemb.encoder import Encoder
+from sentemb.model_files import resolve_model
 
 REPO = Path(__file__).resolve().parents[1]
 MIRROR = (REPO / ".." / "shared" / "datasets").resolve()

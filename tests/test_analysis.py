@@ -16,7 +16,8 @@ from sentemb.analysis import (
     vectors_and_over_smoothing,
 )
 from sentemb.config import ConfigError, from_dict
-from sentemb.encoder import POOLERS, Encoder, Pooler, check_pooler, masked_mean, pool
+from sentemb.encoder import Encoder
+from sentemb.pooling import POOLERS, Pooler, check_pooler, masked_mean, pool
 
 
 def test_alignment_by_hand() -> None:

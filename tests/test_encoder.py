@@ -14,20 +14,17 @@ import numpy as np
 import pytest
 import torch
 
-from sentemb import encoder
+from sentemb import model_files
 from sentemb.config import ConfigError, section
-from sentemb.encoder import (
+from sentemb.encoder import Encoder, autocast_dtype
+from sentemb.model_config import DEFAULT_MODEL, ModelConfig
+from sentemb.model_files import (
     POOLER_FILE,
-    POOLERS,
-    Encoder,
-    autocast_dtype,
-    check_pooler,
-    pool,
     resolve_model,
     saved_pooler,
     sentence_transformers_pooler,
 )
-from sentemb.model_config import DEFAULT_MODEL, ModelConfig
+from sentemb.pooling import POOLERS, check_pooler, pool
 
 # batch of 2 sentences, 3 positions, dim 2; the second sentence has one padding position
 LAYER1 = torch.tensor([[[1.0, 1.0], [3.0, 1.0], [5.0, 1.0]], [[0.0, 2.0], [2.0, 2.0], [9.0, 9.0]]])
@@ -304,7 +301,7 @@ def test_hub_refusal_of_custom_code_names_the_param(monkeypatch: pytest.MonkeyPa
     def refuse(*args, **kwargs):
         raise ValueError("... contains custom code ... pass `trust_remote_code=True` ...")
 
-    monkeypatch.setattr(encoder, "hub_model", lambda name, param: name)  # as if downloadable
+    monkeypatch.setattr(model_files, "hub_model", lambda name, param: name)  # as if downloadable
     monkeypatch.setattr(AutoTokenizer, "from_pretrained", refuse)
     with pytest.raises(ConfigError, match=r"^dclr\.complementary_model: org/custom needs its own"):
         Encoder.from_pretrained("org/custom", param="dclr.complementary_model")

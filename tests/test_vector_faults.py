@@ -25,8 +25,9 @@ from test_eval_faults import LAST_NORM, edited_copy, linked_data, set_weight
 from test_stages import last_error, train_args, write_params
 
 from sentemb.config import ConfigError
-from sentemb.encoder import POOLERS, Encoder, cls_vector
+from sentemb.encoder import Encoder
 from sentemb.evaluation.base import PROBE_SIZE, UnusableVectors, check_vectors
+from sentemb.pooling import POOLERS, cls_vector
 
 FIRST_TOKEN = [name for name, spec in POOLERS.items() if spec.vector is cls_vector]
 LAYER = [name for name, spec in POOLERS.items() if spec.dense]  # the backbone's pooler layer

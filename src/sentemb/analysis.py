@@ -26,9 +26,10 @@ from sklearn.preprocessing import normalize
 
 from sentemb.config import ConfigError, NonNegative, Positive
 from sentemb.data.readers import read_stsb
-from sentemb.encoder import POOLERS, Encoder
+from sentemb.encoder import Encoder
 from sentemb.evaluation.base import check_vectors, distinct, probe, require_finite, scoring
 from sentemb.model_config import ModelConfig
+from sentemb.pooling import POOLERS
 
 
 @dataclass

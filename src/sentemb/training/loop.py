@@ -37,10 +37,11 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from sentemb.config import ConfigError, UserError
-from sentemb.encoder import Encoder, EncoderOutput, autocast, autocast_dtype, pool
+from sentemb.encoder import Encoder, EncoderOutput, autocast, autocast_dtype
 from sentemb.evaluation.base import UnusableVectors, scoring
 from sentemb.io import atomic_path
 from sentemb.methods.base import CombinedMethod, TrainState, Views
+from sentemb.pooling import pool
 from sentemb.training.checkpoint import (
     exclusive,
     key_differences,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sentemb.encoder import POOLERS
+from sentemb.pooling import POOLERS
 
 CARD = "README.md"
 EXAMPLE = "A man is playing a guitar."

@@ -20,13 +20,14 @@ import numpy as np
 from sentemb.config import SEEDS, ConfigError, parse_spec, run_plan, section
 from sentemb.data.readers import DataFormatError, read_stsb, training_corpus
 from sentemb.data.sources import DATASETS
-from sentemb.encoder import Encoder, check_pooler, model_identity
+from sentemb.encoder import Encoder, model_identity
 from sentemb.evaluation.base import distinct, probe, scoring
 from sentemb.evaluation.sts import STSConfig, STSEvaluator
 from sentemb.methods.base import CombinedMethod
 from sentemb.methods.paser import PaSeRConfig
 from sentemb.model_config import ModelConfig
 from sentemb.phrases import PhrasesConfig
+from sentemb.pooling import check_pooler
 from sentemb.training.checkpoint import files_hash, lines_hash, source_hash
 from sentemb.training.config import TrainConfig
 from sentemb.training.loop import Trainer, TrainResult
