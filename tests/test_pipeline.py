@@ -16,7 +16,7 @@ import yaml
 
 from sentemb import registry
 from sentemb.config import read_yaml
-from sentemb.registry import Registry
+from sentemb.registry import METHODS, Registry
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
@@ -129,6 +129,19 @@ def test_stage_deps_are_exactly_the_source_files_its_script_uses(name: str) -> N
     wanted = code_deps(script)
     assert not wanted - listed, f"{name}: dvc.yaml does not list {sorted(wanted - listed)}"
     assert not listed - wanted, f"{name}: dvc.yaml lists {sorted(listed - wanted)}, not used"
+
+
+def test_each_registered_section_is_a_param_of_the_stage_that_reads_it() -> None:
+    """A method's params section is among the `train` stage's params (forgotten, a changed
+    `dclr.*` would never re-run training); refinements and suites are read through the whole
+    `refine` and `eval` sections, so a new one needs no entry."""
+    params = {name: set(stage.get("params", [])) for name, stage in stages().items()}
+    missing = sorted(set(METHODS.names()) - params["train"])
+    assert not missing, f"dvc.yaml: the train stage's params lack {missing}"
+    for stage in ("refine", "refine_reference"):
+        assert "refine" in params[stage]
+    for stage in ("evaluate", "reference", "baseline"):
+        assert "eval" in params[stage]
 
 
 def evaluation_outputs(stage: dict) -> tuple[list[str], list[str]]:
