@@ -43,10 +43,10 @@ from sentemb.config import load_params, section
 from sentemb.data.readers import read_corpus
 from sentemb.encoder import Encoder, autocast, autocast_dtype
 from sentemb.model_config import ModelConfig
+from sentemb.registry import METHODS
 from sentemb.training.config import TrainConfig
 from sentemb.training.run import dev_scorer
 
-METHODS = ["simcse", "sscl", "iscse", "dclr", "paser"]
 MIRROR = (ROOT / "../shared/datasets").resolve()
 
 
@@ -136,7 +136,7 @@ def short_training(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--methods", nargs="+", default=METHODS)
+    parser.add_argument("--methods", nargs="+", default=list(METHODS))
     parser.add_argument("--precision", default="bf16", choices=["fp32", "bf16", "fp16"])
     parser.add_argument("--steps", type=int, default=50, help="timed steps per method")
     parser.add_argument("--train-steps", type=int, default=50, help="0 = no short training")

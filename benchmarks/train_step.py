@@ -41,6 +41,7 @@ from sentemb.encoder import Encoder, autocast
 from sentemb.methods.base import CombinedMethod
 from sentemb.model_config import ModelConfig
 from sentemb.model_files import resolve_model
+from sentemb.registry import METHODS
 from sentemb.training.config import TrainConfig
 from sentemb.training.loop import Trainer
 
@@ -138,9 +139,7 @@ def sentence_transformers_step(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument(
-        "--methods", nargs="+", default=["simcse", "sscl", "iscse", "dclr", "paser"]
-    )
+    parser.add_argument("--methods", nargs="+", default=list(METHODS))
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--params", default=str(ROOT / "params.yaml"))
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("train_step.json"))

@@ -25,6 +25,7 @@ from sentemb.config import ConfigError, read_yaml
 from sentemb.encoder import Encoder
 from sentemb.evaluation.encoders import load_encoder
 from sentemb.methods.base import CombinedMethod
+from sentemb.pooling import POOLERS
 
 REPO = Path(__file__).resolve().parents[1]
 HUB_NAME = "sentemb-tests/tiny-bert"  # a hub name no hub has: only a test cache holds it
@@ -239,7 +240,7 @@ def no_pad_copy(source: Path, target: Path, drop: tuple[str, ...] = ("pad_token"
     return target
 
 
-@pytest.mark.parametrize("pooler", ["cls_before_pooler", "mean", "first_last_avg"])
+@pytest.mark.parametrize("pooler", [name for name, spec in POOLERS.items() if not spec.dense])
 def test_tokenizer_without_pad_token_pads_with_a_defined_one(
     tiny_model_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, pooler: str
 ) -> None:

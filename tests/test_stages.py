@@ -15,6 +15,7 @@ from conftest import run_stage
 from sentemb import tracking
 from sentemb.config import read_yaml
 from sentemb.evaluation.base import spearman
+from sentemb.registry import REFINEMENTS, SUITES
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -291,10 +292,10 @@ def test_refine_then_evaluate_with_and_without_refinement(
         "chinese.npz",
         "sts.npz",
     ]
-    for suite in ("sts", "transfer", "chinese", "retrieval"):
+    for suite in SUITES:
         metrics = json.loads((tmp_path / "scores" / f"{suite}.json").read_text())
         assert metrics["seconds"] >= 0
-        plain = {k for k in metrics if k not in ("repal", "whitening", "skipped", "seconds")}
+        plain = {k for k in metrics if k not in (*REFINEMENTS, "skipped", "seconds")}
         if suite == "transfer":  # not in refine.suites: plain scores only
             assert "repal" not in metrics and "MRPC" in plain
             continue
@@ -383,7 +384,7 @@ def test_analyze_then_summary(
     for seed in (1, 2):
         fake_run(tmp_path, str(seed), 0.2, rng, measured)
     for folder in ("metrics/reference", "metrics/tfidf"):
-        for suite in ("sts", "transfer", "chinese", "retrieval"):
+        for suite in SUITES:
             write_json_file(tmp_path / folder / f"{suite}.json", {"avg": 40.0})
     write_json_file(tmp_path / "metrics/reference/analysis.json", measured)
     result = run_stage("summary.py", ["--params", str(params)], tmp_path, stage_env)

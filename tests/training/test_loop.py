@@ -17,6 +17,7 @@ from helpers import make_trainer
 
 from sentemb.encoder import Encoder
 from sentemb.io import CheckpointError
+from sentemb.registry import METHODS
 from sentemb.training.checkpoint import load_checkpoint, rng_state, save_checkpoint
 from sentemb.training.loop import TrainResult
 from sentemb.training.run import torchrun_command
@@ -28,9 +29,7 @@ def curves(result) -> tuple[list, list, float, int]:
     return result.loss_curve, result.dev_curve, result.best_score, result.best_step
 
 
-@pytest.mark.parametrize(
-    "spec", ["simcse", "sscl", "iscse", "dclr", "iscse+dclr", "paser", "simcse+paser"]
-)
+@pytest.mark.parametrize("spec", [*METHODS, "iscse+dclr", "simcse+paser"])
 def test_same_seed_same_run(tiny_model_dir: Path, tmp_path: Path, spec: str) -> None:
     first = make_trainer(tiny_model_dir, spec, tmp_path / "a").train(tmp_path / "out-a")
     second = make_trainer(tiny_model_dir, spec, tmp_path / "b").train(tmp_path / "out-b")
