@@ -57,9 +57,8 @@ class Registry(Mapping[str, Entry]):
 
     def names(self) -> tuple[str, ...]:
         """The registered names as the package's files give them, sorted, importing none."""
-        spec = importlib.util.find_spec(self.package)
-        assert spec is not None and spec.submodule_search_locations is not None, self.package
-        modules = pkgutil.iter_modules(spec.submodule_search_locations)
+        folders = importlib.util.find_spec(self.package).submodule_search_locations
+        modules = pkgutil.iter_modules(folders)
         return tuple(sorted(m.name for m in modules if m.name not in self.shared))
 
     def import_all(self) -> None:
