@@ -1,149 +1,29 @@
-"""Shared fixtures: a tiny random BERT (real MiniLM tokenizer), the offline data mirror, small
-real filesystems for faults (a nearly full disk, a read-only folder), and `run_stage`: a stage
-script run in this process as `python stages/<script>` would run it, without its seconds of
-imports."""
+"""The fixtures every folder uses: a tiny random BERT (real MiniLM tokenizer), the offline data
+mirror, small real filesystems for faults (a nearly full disk, a read-only folder). Helpers that
+are not fixtures live in `support/`."""
 
 from __future__ import annotations
 
 import contextlib
-import importlib
-import io
-import logging
 import os
-import runpy
 import shutil
 import signal
 import subprocess
-import sys
-import traceback
-import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 
-from sentemb.cli import Parser
 from sentemb.encoder import Encoder
 from sentemb.model_files import resolve_model
 
-REPO = Path(__file__).resolve().parents[1]
-MIRROR = (REPO / ".." / "shared" / "datasets").resolve()
+from support import MIRROR
 
 if "PYTEST_XDIST_WORKER_COUNT" in os.environ:  # `pytest -n N`: N workers share the cores
     THREADS = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
     os.environ["OMP_NUM_THREADS"] = str(THREADS)  # and the stages they start as subprocesses
     torch.set_num_threads(THREADS)
-
-
-def show_warning(
-    message: Warning | str,
-    category: type[Warning],
-    filename: str,
-    lineno: int,
-    file: object = None,
-    line: str | None = None,
-) -> None:
-    """Print a warning to the current `sys.stderr`, as Python does outside pytest."""
-    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
-
-
-def run_stage(
-    script: str,
-    args: list[str],
-    cwd: Path,
-    env: Mapping[str, str] | None = None,
-    *,
-    process: bool = False,
-) -> subprocess.CompletedProcess[str]:
-    """`python stages/<script> <args>` (or `script` itself when it is a path) in `cwd` with
-    `env` as the environment (default: this one's): its exit status, stdout and stderr.
-
-    Run in this process unless `process`: the stage's log lines, Python's warnings and any
-    traceback go to the stderr returned, as a subprocess's would, and this process's working
-    folder, environment, argv, logging and warnings are set back after. That saves the 4-5 s of
-    imports a new interpreter pays per stage. `process=True` starts a real `python` for tests
-    whose subject is the process itself (its hash seed, locale or time zone, a signal)."""
-    path = Path(script) if os.sep in script else REPO / "stages" / script
-    command = [sys.executable, str(path), *args]
-    if process:
-        return subprocess.run(
-            command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600
-        )
-    root = logging.getLogger()
-    saved = (dict(os.environ), os.getcwd(), sys.argv, list(sys.path), root.handlers, root.level)
-    hub = sys.modules.get("huggingface_hub.constants")
-    hub_offline = getattr(hub, "HF_HUB_OFFLINE", None)
-    stdout, stderr, status = io.StringIO(), io.StringIO(), 0
-    try:
-        if env is not None:
-            os.environ.clear()
-            os.environ.update(env)
-        os.chdir(cwd)
-        sys.argv = [str(path), *args]
-        sys.path.insert(0, str(path.parent))  # as `python script` puts the script's folder first
-        root.handlers = []  # the stage's logging.basicConfig then logs to `stderr`, as alone
-        with (
-            contextlib.redirect_stdout(stdout),
-            contextlib.redirect_stderr(stderr),
-            warnings.catch_warnings(),
-        ):
-            warnings.resetwarnings()  # Python's defaults, printed to stderr (not pytest's)
-            for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning):
-                warnings.simplefilter("ignore", category)
-            warnings.simplefilter("ignore", ResourceWarning)
-            warnings.showwarning = show_warning
-            try:
-                runpy.run_path(str(path), run_name="__main__")
-            except SystemExit as exit:
-                if isinstance(exit.code, int) or exit.code is None:
-                    status = exit.code or 0
-                else:  # sys.exit("message"): printed, status 1
-                    print(exit.code, file=sys.stderr)
-                    status = 1
-            except Exception:  # uncaught: a traceback and status 1, as the interpreter does
-                traceback.print_exc()
-                status = 1
-    finally:
-        for handler in root.handlers:
-            handler.close()
-        environ, cwd_before, sys.argv, sys.path[:], root.handlers, level = saved
-        root.setLevel(level)
-        os.environ.clear()
-        os.environ.update(environ)
-        os.chdir(cwd_before)
-        if hub is not None:
-            hub.HF_HUB_OFFLINE = hub_offline
-    return subprocess.CompletedProcess(command, status, stdout.getvalue(), stderr.getvalue())
-
-
-def command_parser(argv: list[str]) -> Parser | None:
-    """The `parser()` of a command: `["stages/x.py", ...]` (a script) or `["-m", "sentemb.x"]`."""
-    if argv[0] == "-m":
-        build = getattr(importlib.import_module(argv[1]), "parser", None)
-    else:
-        build = runpy.run_path(str(REPO / argv[0]), run_name="parser").get("parser")
-    parser = build() if build is not None else None
-    return parser if isinstance(parser, Parser) else None
-
-
-def make_inputs(argv: list[str], args: list[str], folder: Path) -> Path:
-    """`folder` holding a copy of params.yaml and every input the command reads, given in
-    `args` or by default (empty folders; files are params copies): its options can then parse
-    there, whatever this checkout holds."""
-    parser = command_parser(argv)
-    folder.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(REPO / "params.yaml", folder / "params.yaml")
-    for action in parser._actions if parser is not None else []:
-        kind = parser.kinds.get(action.dest)
-        given = [args[i + 1] for i, a in enumerate(args[:-1]) if a in action.option_strings]
-        for value in [*given, *([action.default] if isinstance(action.default, str) else [])]:
-            if kind in ("folder", "path"):
-                (folder / value).mkdir(parents=True, exist_ok=True)
-            elif kind == "file" and not (folder / value).exists():
-                (folder / value).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(REPO / "params.yaml", folder / value)
-    return folder
 
 
 @pytest.fixture(scope="session")

@@ -12,11 +12,13 @@ import runpy
 from pathlib import Path
 
 import pytest
-from conftest import REPO, run_stage
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sentemb.cli import Parser
+
+from support import REPO
+from support.stages import run_stage
 
 SRC = REPO / "src" / "sentemb"
 # Every command line: the stages and the modules run with `python -m` (but `progress`, which

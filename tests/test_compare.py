@@ -7,16 +7,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 from scipy.stats import bootstrap, spearmanr, ttest_rel
 
-from sentemb.config import ConfigError, UserError, load_params, section
-from sentemb.io import leaves, write_json
+from sentemb.config import ConfigError, UserError, section
+from sentemb.io import leaves
 from sentemb.registry import SUITES
 from sentemb.report.compare import compare, shared_seeds
 from sentemb.report.runs import (
-    TFIDF,
-    UNTRAINED,
     Experiment,
     MissingResults,
     folder_reader,
@@ -38,7 +35,7 @@ from sentemb.report.stats import (
 )
 from sentemb.report.summary import aggregate, headline, summarize
 
-REPO = Path(__file__).resolve().parents[1]
+from support.experiments import fake_experiment, write_experiment
 
 
 def one_task(predicted: dict[str, list[np.ndarray]], gold: np.ndarray) -> dict[str, PairTask]:
@@ -277,66 +274,3 @@ def test_experiments_are_tested_on_their_shared_seeds_and_pairs() -> None:
     other = fake_experiment("sscl", [2, 3], 2, sizes=10)
     with pytest.raises(ConfigError, match=r"b: its sts test pairs differ from a's"):
         compare({"a": baseline, "b": other}, "a", config)
-
-
-def fake_experiment(method: str, seeds: list[int], noise: int, sizes: int = 0) -> Experiment:
-    """An experiment in memory: two STS tasks (STS12 of two subsets, STS-B) and one Chinese
-    set, scores computed from synthetic predictions with noise `noise / 10` (`sizes` adds pairs
-    to every set: other test pairs)."""
-    params = load_params(REPO / "params.yaml")
-    params.update(method=method, seeds=seeds)
-    params["compare"]["resamples"] = 50
-    sets = {"sts": {"STS12/a": 30, "STS12/b": 20, "STSBenchmark": 40}, "chinese": {"ATEC": 30}}
-    files: list[dict] = []
-    predictions: dict[str, list[dict]] = {s: [] for s in sets}
-    for seed in seeds:
-        rng = np.random.default_rng(seed)
-        run: dict = {s: {"avg": 50.0} for s in SUITES}
-        for suite, set_sizes in sets.items():
-            arrays = {}
-            for name, size in set_sizes.items():
-                gold = np.random.default_rng(size).uniform(0, 5, size + sizes)
-                arrays[f"{name}/gold"] = gold
-                arrays[f"{name}/predicted"] = gold / 5 + rng.normal(0, noise / 10, size + sizes)
-            predictions[suite].append(arrays)
-            tasks = pair_tasks({method: [arrays]})
-            run[suite] = {
-                t: 100 * spearmanr(task.predicted[method][0], task.gold).statistic
-                for t, task in tasks.items()
-            }
-            run[suite]["avg"] = float(np.mean(list(run[suite].values())))
-        run["sts"]["repal"] = {"avg": run["sts"]["avg"] + seed % 2}
-        run["train"] = {"sentences": 100, "seconds": 1.0}
-        run["refine"] = {"fit_on": "corpus"}
-        run["analysis"] = {
-            "alignment": 0.1 * noise,
-            "uniformity": -2.0 - noise,
-            "inter_layer": [0.9, 0.8],
-            "token_wise": [0.1, 0.2, 0.3],
-        }
-        files.append(run)
-    curves = {"loss": [{"step": 1, "loss": 1.0}], "dev": [{"step": 1, "dev": 80.0}]}
-    singles = {row: {s: {"avg": 40.0} for s in SUITES} for row in (UNTRAINED, TFIDF)}
-    before = {"alignment": 0.05, "uniformity": -1.5, "inter_layer": [1, 1], "token_wise": [0, 0, 0]}
-    return Experiment(method, params, method, seeds, files, predictions, curves, singles, before)
-
-
-def write_experiment(root: Path, experiment: Experiment) -> None:
-    """`experiment` as the pipeline lays it out under `root` (params.yaml included)."""
-    (root / "params.yaml").write_text(yaml.safe_dump(experiment.params, sort_keys=False))
-    for seed, files in zip(experiment.seeds, experiment.files, strict=True):
-        for name, metrics in files.items():
-            write_json(root / "metrics" / "runs" / str(seed) / f"{name}.json", metrics)
-        for kind in ("loss", "dev"):
-            write_json(
-                root / "plots" / "runs" / str(seed) / f"{kind}_curve.json", experiment.curves[kind]
-            )
-    for suite, per_seed in experiment.predictions.items():
-        for seed, arrays in zip(experiment.seeds, per_seed, strict=True):
-            folder = root / "predictions" / str(seed)
-            folder.mkdir(parents=True, exist_ok=True)
-            np.savez(folder / f"{suite}.npz", **arrays)
-    for row, folder in ((UNTRAINED, "reference"), (TFIDF, "tfidf")):
-        for suite, metrics in experiment.singles[row].items():
-            write_json(root / "metrics" / folder / f"{suite}.json", metrics)
-    write_json(root / "metrics" / "reference" / "analysis.json", experiment.before)

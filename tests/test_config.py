@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import make_inputs, run_stage
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -36,7 +35,8 @@ from sentemb.data.download import DataConfig
 from sentemb.evaluation.sts import STSConfig
 from sentemb.model_config import ModelConfig
 
-REPO = Path(__file__).resolve().parents[1]
+from support import REPO
+from support.stages import make_inputs, run_stage
 
 
 def nested(dotted: str, values: dict) -> dict:

@@ -11,10 +11,10 @@ from __future__ import annotations
 import ast
 import re
 from functools import cache
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-PAGE = ROOT / "docs" / "faults.md"
+from support import REPO
+
+PAGE = REPO / "docs" / "faults.md"
 HEADER = ["when…", "then…", "test"]
 CITATION = re.compile(r"(?P<path>tests/[\w/.-]+\.py)?(?:::(?P<name>\w+)(?:\[[^\]]+\])?)?")
 MENTION = re.compile(r"tests/[\w/.-]+\.py(?:::\w+)?")  # a citation anywhere on the page
@@ -35,7 +35,7 @@ def table_rows(text: str) -> list[list[str]]:
 @cache
 def defined_tests(path: str) -> frozenset[str] | None:
     """The test functions defined in `path` (module level or in a class); None if no file."""
-    file = ROOT / path
+    file = REPO / path
     if not file.is_file():
         return None
     tree = ast.parse(file.read_text(encoding="utf-8"))

@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fake_services import remote_of
 
 from sentemb.config import read_yaml
 from sentemb.services import CONNECT_SECONDS
 
-REPO = Path(__file__).resolve().parents[1]
+from support import REPO
+from support.services import remote_of
+
 DVC = [sys.executable, "-m", "dvc"]
 
 

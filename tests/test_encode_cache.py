@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import make_trainer, write_stsb
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,20 +18,10 @@ from sentemb.evaluation.sts import STSEvaluator
 from sentemb.tfidf import TfidfEncoder
 from sentemb.training.run import dev_metrics, dev_scorer
 
+from support.encoders import CountingEncoder
+from support.training import make_trainer, write_stsb
+
 SICK = "senteval/data/downstream/SICK"
-
-
-class CountingEncoder:
-    """A vector per sentence from a table (default: from its length), recording each call."""
-
-    def __init__(self, table: dict[str, np.ndarray] | None = None) -> None:
-        self.table = table or {}
-        self.calls: list[list[str]] = []
-
-    def encode(self, sentences: Sequence[str], batch_size: int = 128) -> np.ndarray:
-        self.calls.append(list(sentences))
-        rows = [self.table.get(s, np.array([1.0, float(len(s))])) for s in sentences]
-        return np.stack(rows).astype(np.float32) if rows else np.zeros((0, 2), np.float32)
 
 
 def test_each_distinct_sentence_is_encoded_once_for_the_life_of_the_object() -> None:

@@ -6,7 +6,6 @@ import copy
 import io
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -25,6 +24,8 @@ from sentemb.model_files import (
     sentence_transformers_pooler,
 )
 from sentemb.pooling import POOLERS, check_pooler, pool
+
+from support.models import broken_copy
 
 # batch of 2 sentences, 3 positions, dim 2; the second sentence has one padding position
 LAYER1 = torch.tensor([[[1.0, 1.0], [3.0, 1.0], [5.0, 1.0]], [[0.0, 2.0], [2.0, 2.0], [9.0, 9.0]]])
@@ -236,41 +237,6 @@ def test_precision_param_and_bf16_encoding(tiny_encoder: Encoder) -> None:
     assert half.dtype == np.float32 and not np.array_equal(full, half)
     cosine = (full * half).sum(1) / np.linalg.norm(full, axis=1) / np.linalg.norm(half, axis=1)
     assert cosine.min() > 0.99
-
-
-def broken_copy(source: Path, target: Path, fault: str) -> Path:
-    """A copy of the tiny model folder with one fault."""
-    shutil.copytree(source, target)
-    config_file = target / "config.json"
-    if fault == "no weights":
-        (target / "model.safetensors").unlink()
-    elif fault == "no config":
-        config_file.unlink()
-    elif fault == "remote code":  # its code would exit the test run if it were ever imported
-        config = json.loads(config_file.read_text())
-        config |= {"model_type": "custom-bert", "auto_map": {"AutoModel": "custom.Model"}}
-        config_file.write_text(json.dumps(config))
-        (target / "custom.py").write_text("raise SystemExit('remote code ran')\n")
-    elif fault == "other tokenizer":  # an embedding of 1,000 rows under a 30,522-token tokenizer
-        from transformers import BertConfig, BertModel
-
-        BertModel(BertConfig.from_pretrained(target, vocab_size=1000)).save_pretrained(target)
-    elif fault == "pickle weights":  # what save_pretrained wrote before safetensors
-        from safetensors.torch import load_file
-
-        torch.save(load_file(target / "model.safetensors"), target / "pytorch_model.bin")
-        (target / "model.safetensors").unlink()
-    elif fault == "config not JSON":
-        config_file.write_text('{"model_type": "bert",')
-    elif fault == "pooler file damaged":
-        (target / "sentemb_pooler.json").write_text('{"pooler": "max"}')
-    elif fault == "pooling config missing":  # modules.json names a folder that is not there
-        modules = [{"idx": 1, "name": "1", "path": "1_Pooling", "type": "x.models.Pooling"}]
-        (target / "modules.json").write_text(json.dumps(modules))
-    elif fault == "damaged weights":  # cut short, as by a full disk or an interrupted copy
-        weights = (target / "model.safetensors").read_bytes()
-        (target / "model.safetensors").write_bytes(weights[: len(weights) // 2])
-    return target
 
 
 MODEL_FAULTS = {

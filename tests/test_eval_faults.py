@@ -8,15 +8,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-from helpers import STSB, write_stsb
-from safetensors.torch import load_file, save_file
-from test_stages import last_error, run_stage, write_params
 
 from sentemb.data.sources import DATASETS
 from sentemb.encoder import Encoder, model_identity
@@ -26,6 +21,10 @@ from sentemb.refine.repal import RepALConfig, RepALFit
 from sentemb.refine.store import save_refinement
 from sentemb.refine.whitening import Whitening
 from sentemb.registry import SUITES
+
+from support.models import LAST_NORM, edited_copy, set_weight
+from support.stages import last_error, linked_data, run_stage, write_params
+from support.training import STSB, write_stsb
 
 SMALL_SUITES = {  # one small real task per suite
     "sts": {"tasks": ["STSBenchmark"]},
@@ -46,44 +45,6 @@ def data_root(tmp_path_factory: pytest.TempPathFactory, mirror: Path) -> Path:
     return linked_data(tmp_path_factory.mktemp("raw"), mirror)
 
 
-def linked_data(root: Path, mirror: Path) -> Path:
-    """`root` as the download stage leaves a data folder offline: the mirror's sets and corpus
-    (linked, not copied) and a manifest listing them, with QQP and AskUbuntu missing with a
-    reason."""
-    for folder in ("senteval", "senteval_cn"):
-        (root / folder).symlink_to(mirror / folder)
-    (root / "corpus").mkdir()
-    (root / "corpus/train.txt").symlink_to(mirror / "corpus/wiki1m_for_simcse.head.txt")
-    present = {
-        name: {}
-        for name, dataset in DATASETS.items()
-        if all((root / f.path).is_file() for f in dataset.files)
-    }
-    missing = {name: f"{name}: not in the mirror" for name in DATASETS if name not in present}
-    manifest = {"datasets": present, "missing": missing}
-    (root / "MANIFEST.json").write_text(json.dumps(manifest))
-    return root
-
-
-def edited_copy(
-    source: Path, folder: Path, edit: Callable[[dict[str, torch.Tensor]], None]
-) -> Path:
-    """A copy of the model folder `source` whose weights went through `edit`."""
-    shutil.copytree(source, folder)
-    weights = load_file(folder / "model.safetensors")
-    edit(weights)
-    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
-    return folder
-
-
-def set_weight(name: str, value: float) -> Callable[[dict[str, torch.Tensor]], None]:
-    def edit(weights: dict[str, torch.Tensor]) -> None:
-        weights[name] = torch.full_like(weights[name], value)
-
-    return edit
-
-
-LAST_NORM = "encoder.layer.1.output.LayerNorm"
 FAULTY = {  # model -> the start of the error its vectors give
     "nan": (set_weight("embeddings.LayerNorm.weight", float("nan")), "non-finite vectors"),
     "inf": (set_weight(f"{LAST_NORM}.bias", float("inf")), "non-finite vectors"),

@@ -15,7 +15,7 @@ import yaml
 
 import sentemb
 
-REPO = Path(__file__).resolve().parents[1]
+from support import REPO
 
 NEW_FILES = {
     "methods/dummy.py": '''

@@ -25,6 +25,8 @@ from sentemb.io import (
     write_json,
 )
 
+from support.stages import snapshot, user_folder
+
 
 def leftovers(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.name.startswith(".partial-"))
@@ -157,25 +159,6 @@ def test_output_below_a_file_is_refused(tmp_path: Path, kind: str, folder: bool)
         check_folder(above)
     check_folder(tmp_path / "new" / "plots")
     assert snapshot(tmp_path) == before and leftovers(tmp_path) == []
-
-
-def snapshot(folder: Path) -> dict[str, bytes]:
-    """Every file under `folder` (links as their target's name) by relative path."""
-    return {
-        p.relative_to(folder).as_posix(): str(p.readlink()).encode()
-        if p.is_symlink()
-        else p.read_bytes()
-        for p in sorted(folder.rglob("*"))
-        if p.is_symlink() or p.is_file()
-    }
-
-
-def user_folder(path: Path) -> Path:
-    """A folder the user made: files at two depths, nothing the pipeline wrote."""
-    (path / "sub").mkdir(parents=True)
-    (path / "notes.txt").write_text("mine")
-    (path / "sub" / "result.json").write_text("{}")
-    return path
 
 
 def pipeline_folder(path: Path) -> Path:

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_compare import fake_experiment, write_experiment
+
+from support.experiments import fake_experiment, write_experiment
 
 CHAIN = ("train", "refine", "evaluate", "analyze")
 

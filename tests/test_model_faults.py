@@ -18,8 +18,6 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import run_stage
-from helpers import SENTENCES, STSB, paser_params
 
 from sentemb.config import ConfigError, read_yaml
 from sentemb.encoder import Encoder
@@ -27,7 +25,10 @@ from sentemb.evaluation.encoders import load_encoder
 from sentemb.methods.base import CombinedMethod
 from sentemb.pooling import POOLERS
 
-REPO = Path(__file__).resolve().parents[1]
+from support import REPO
+from support.stages import run_stage
+from support.training import SENTENCES, STSB, paser_params
+
 HUB_NAME = "sentemb-tests/tiny-bert"  # a hub name no hub has: only a test cache holds it
 
 

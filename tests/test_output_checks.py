@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import make_inputs, run_stage
-from test_io import snapshot
-from test_stages import REPO, last_error
+
+from support import REPO
+from support.stages import last_error, make_inputs, run_stage, snapshot
 
 OUTPUTS = {
     "train": {

@@ -11,11 +11,19 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import run_stage
-from test_io import snapshot, user_folder
-from test_stages import REPO, last_error, tiny_training, train_args, write_params
 
 from sentemb.io import MARKER
+
+from support.stages import (
+    REPO,
+    last_error,
+    run_stage,
+    snapshot,
+    tiny_training,
+    train_args,
+    user_folder,
+    write_params,
+)
 
 DATASETS = ["wiki1m", "STS13", "STSBenchmark", "QQP"]
 STS13 = "senteval/data/downstream/STS/STS13-en-test"

@@ -18,7 +18,8 @@ from sentemb import registry
 from sentemb.config import read_yaml
 from sentemb.registry import METHODS, Registry
 
-REPO = Path(__file__).resolve().parents[1]
+from support import REPO
+
 SRC = REPO / "src"
 # A package data file a module reads: resources.files("sentemb.data").joinpath("checksums.json")
 RESOURCE_READ = re.compile(r'resources\.files\("([\w.]+)"\)\.joinpath\("([^"]+)"\)')

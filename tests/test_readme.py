@@ -19,11 +19,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import make_inputs
 
 from sentemb.config import read_yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+from support import REPO
+from support.stages import make_inputs
+
 # programs with no pipeline surface to check
 SKIPPED = {"cd", "export", "source", ".", "git", "mlflow", "pip", "echo", "grep", "head"}
 
@@ -73,11 +74,11 @@ def check_dvc(argv: list[str]) -> None:
         args = parse_args(argv)
     except (DvcParserError, SystemExit) as err:
         raise AssertionError(f"dvc {shlex.join(argv)}: DVC cannot parse it ({err!r})") from err
-    params = read_yaml(ROOT / "params.yaml")
+    params = read_yaml(REPO / "params.yaml")
     for assignment in getattr(args, "set_param", None) or []:
         key = assignment.split("=", 1)[0].split(":")[-1]
         assert param_exists(params, key), f"dvc {shlex.join(argv)}: no param {key} in params.yaml"
-    stages = read_yaml(ROOT / "dvc.yaml")["stages"]
+    stages = read_yaml(REPO / "dvc.yaml")["stages"]
     for target in getattr(args, "targets", None) or []:
         if not target.endswith((".yaml", ".dvc")):
             name = target.split("@")[0]
@@ -95,7 +96,7 @@ def check_python(argv: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
 
         name = module
     else:
-        path, args = ROOT / argv[0], argv[1:]
+        path, args = REPO / argv[0], argv[1:]
         assert path.is_file(), f"python {argv[0]}: no such script"
 
         def run() -> None:
@@ -125,7 +126,7 @@ def check(command: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
     command = strip_env(command)
     program, argv = command[0], command[1:]
     if program == "make":
-        makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+        makefile = (REPO / "Makefile").read_text(encoding="utf-8")
         for target in argv:
             assert re.search(rf"^{re.escape(target)}:", makefile, re.M), f"make {target}"
     elif program == "dvc":
@@ -136,13 +137,13 @@ def check(command: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
         script = next(i for i, word in enumerate(argv) if word.endswith(".py"))
         check_python(argv[script:], monkeypatch, tmp_path)
     elif program == "bash":
-        assert (ROOT / argv[0]).is_file(), f"bash {argv[0]}: no such script"
+        assert (REPO / argv[0]).is_file(), f"bash {argv[0]}: no such script"
     else:
         assert program in SKIPPED, f"{shlex.join(command)}: no check for {program} commands"
 
 
 def test_readme_commands_are_current(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    commands = readme_commands((ROOT / "README.md").read_text(encoding="utf-8"))
+    commands = readme_commands((REPO / "README.md").read_text(encoding="utf-8"))
     assert any(c[:1] == ["dvc"] for c in commands), "the README shows no dvc command"
     for i, command in enumerate(commands):
         check(command, monkeypatch, tmp_path / str(i))
@@ -166,7 +167,7 @@ def test_a_stale_command_fails(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
 def results_table() -> str:
     """The leaderboard's results table (the first table of reports/leaderboard.md, which
     `python -m sentemb.leaderboard` writes from the experiments)."""
-    text = (ROOT / "reports" / "leaderboard.md").read_text(encoding="utf-8").splitlines()
+    text = (REPO / "reports" / "leaderboard.md").read_text(encoding="utf-8").splitlines()
     start = next(i for i, line in enumerate(text) if line.startswith("|"))
     end = next(i for i in range(start, len(text) + 1) if i == len(text) or not text[i])
     return "\n".join(text[start:end])
@@ -174,7 +175,7 @@ def results_table() -> str:
 
 def test_readme_results_are_the_leaderboard() -> None:
     """The README's table is the leaderboard's (no number typed by hand)."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert results_table() in readme, f"README.md lacks the current table:\n{results_table()}"
 
 
@@ -188,9 +189,9 @@ def stage_times() -> str:
 
     from sentemb.progress import kind, recorded_seconds, stage_record
 
-    record = stage_record(ROOT / "plots" / "summary" / "seconds.json")
+    record = stage_record(REPO / "plots" / "summary" / "seconds.json")
     times: dict[str, list[float]] = {}
-    with Repo(str(ROOT)) as repo:  # in the order `dvc repro` runs them
+    with Repo(str(REPO)) as repo:  # in the order `dvc repro` runs them
         graph = get_active_graph(repo.index.graph)
         for stage in plan_repro(graph, collect_stages(repo, ["dvc.yaml"])):
             seconds = record.get(stage.addressing)
@@ -213,36 +214,36 @@ def stage_times() -> str:
 
 def test_readme_stage_times_are_the_committed_metrics() -> None:
     """The README's time table is the `seconds` of the committed metrics files."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert stage_times() in readme, f"README.md lacks the current time table:\n{stage_times()}"
 
 
 def test_benchmarks_budget_is_the_committed_metrics() -> None:
     """benchmarks/README.md's time budget is `benchmarks/budget.py` on the committed metrics."""
-    script = runpy.run_path(str(ROOT / "benchmarks" / "budget.py"))
-    expected = script["table"](script["budget"](ROOT))
-    readme = (ROOT / "benchmarks" / "README.md").read_text(encoding="utf-8")
+    script = runpy.run_path(str(REPO / "benchmarks" / "budget.py"))
+    expected = script["table"](script["budget"](REPO))
+    readme = (REPO / "benchmarks" / "README.md").read_text(encoding="utf-8")
     assert expected in readme, f"benchmarks/README.md lacks the current budget:\n{expected}"
 
 
 def test_benchmarks_floor_is_its_json(monkeypatch: pytest.MonkeyPatch) -> None:
     """benchmarks/README.md's compute floor is `benchmarks/floor.py`'s table on its JSON."""
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # it imports train_step beside it
-    script = runpy.run_path(str(ROOT / "benchmarks" / "floor.py"))
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # it imports train_step beside it
+    script = runpy.run_path(str(REPO / "benchmarks" / "floor.py"))
     result, compute = (
-        json.loads((ROOT / "benchmarks" / name).read_text(encoding="utf-8"))
+        json.loads((REPO / "benchmarks" / name).read_text(encoding="utf-8"))
         for name in ("floor.json", "eval_compute.json")
     )
     expected = script["table"](result, compute)
-    readme = (ROOT / "benchmarks" / "README.md").read_text(encoding="utf-8")
+    readme = (REPO / "benchmarks" / "README.md").read_text(encoding="utf-8")
     assert expected in readme, f"benchmarks/README.md lacks the compute floor:\n{expected}"
 
 
 def test_benchmarks_eval_compute_is_its_json(monkeypatch: pytest.MonkeyPatch) -> None:
     """benchmarks/README.md's compute table is `benchmarks/eval_compute.py`'s on its JSON."""
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))  # it imports train_step beside it
-    script = runpy.run_path(str(ROOT / "benchmarks" / "eval_compute.py"))
-    result = json.loads((ROOT / "benchmarks" / "eval_compute.json").read_text(encoding="utf-8"))
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # it imports train_step beside it
+    script = runpy.run_path(str(REPO / "benchmarks" / "eval_compute.py"))
+    result = json.loads((REPO / "benchmarks" / "eval_compute.json").read_text(encoding="utf-8"))
     expected = script["table"](result)
-    readme = (ROOT / "benchmarks" / "README.md").read_text(encoding="utf-8")
+    readme = (REPO / "benchmarks" / "README.md").read_text(encoding="utf-8")
     assert expected in readme, f"benchmarks/README.md lacks the compute table:\n{expected}"

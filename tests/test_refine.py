@@ -7,15 +7,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import REPO
 from safetensors.numpy import load_file, save_file
-from test_encode_cache import CountingEncoder
 
 from sentemb.config import ConfigError, read_yaml, section
 from sentemb.data.readers import PairSet
@@ -45,18 +42,11 @@ from sentemb.refine.whitening import Whitening
 from sentemb.refine.wrap import PerSetEncoder, build, refinements
 from sentemb.registry import REFINEMENTS
 
+from support import REPO
+from support.encoders import CountingEncoder, TableEncoder
+
 TOY = ModelIdentity("toy", "ab" * 32, "mean", 8)  # what toy_dev's encoder stands for
 IDF = IdfTable({"cat": 2.0, "sat": 1.5, "mat": 3.0, "dog": 2.5}, documents=10)
-
-
-class TableEncoder:
-    """A toy encoder: a fixed vector per sentence."""
-
-    def __init__(self, table: dict[str, np.ndarray]) -> None:
-        self.table = table
-
-    def encode(self, sentences: Sequence[str], batch_size: int = 128) -> np.ndarray:
-        return np.stack([self.table[s] for s in sentences])
 
 
 class ToyMask:
@@ -76,12 +66,16 @@ def test_refinement_is_eq_3_on_a_toy_encoder() -> None:
         "b*": np.array([0.0, 1.0]),
     }
     mean = np.array([0.2, 0.4])
-    refined = RepALEncoder(TableEncoder(table), ToyMask(), 0.5, 2.0, mean).encode(["a", "b", "a"])
+    refined = RepALEncoder(TableEncoder(table, dtype=None), ToyMask(), 0.5, 2.0, mean).encode(
+        ["a", "b", "a"]
+    )
     # v' = f(x) - 0.5 f(x*) - 2 v̂
     expected = [[1 - 0.25 - 0.4, 2 - 0 - 0.8], [3 - 0 - 0.4, -1 - 0.5 - 0.8], [0.35, 1.2]]
     np.testing.assert_allclose(refined, expected, rtol=1e-6)
     # v̂ fitted on the call's distinct sentences (eq. 2): mean of f(a), f(b) = (2, 0.5)
-    fitted_here = RepALEncoder(TableEncoder(table), None, 0.0, 1.0, None).encode(["a", "b", "a"])
+    fitted_here = RepALEncoder(TableEncoder(table, dtype=None), None, 0.0, 1.0, None).encode(
+        ["a", "b", "a"]
+    )
     np.testing.assert_allclose(fitted_here[0], [1 - 2, 2 - 0.5], rtol=1e-6)
 
 
@@ -117,7 +111,7 @@ def toy_dev(seed: int = 0, n: int = 40) -> tuple[TableEncoder, PairSet, list[str
     fit = [f"f{i}" for i in range(16)]  # a fitting corpus whose mean is exactly c
     for i, name in enumerate(fit):
         table[name] = c + (-1.0) ** i * np.eye(8)[i // 2]
-    return TableEncoder(table), PairSet(first, second, gold), fit
+    return TableEncoder(table, dtype=None), PairSet(first, second, gold), fit
 
 
 def toy_parts(config: RefineConfig) -> dict[str, Refinement]:

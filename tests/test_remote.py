@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fake_services import remote_of
 
 from sentemb.remote import remotes, unreachable, wait_seconds
 from sentemb.services import CONNECT_SECONDS
+
+from support.services import remote_of
 
 UNREACHABLE = [
     "local missing folder",

@@ -14,6 +14,8 @@ from sentemb.config import METHOD_SECTIONS
 from sentemb.report import plots
 from sentemb.report.markdown import paired_table, spread, suite_table
 
+from support import REPO
+
 
 def test_cells() -> None:
     assert spread({"mean": 76.434, "std": 0.456, "n": 3}) == "76.43 ± 0.46"
@@ -145,7 +147,7 @@ def test_density_axes_span_the_cosines_not_minus_one_to_one() -> None:
 
 def test_dvc_plots_output_is_not_tracked() -> None:
     """`dvc plots show` writes dvc_plots/index.html into the repo: git ignores it."""
-    repo = Path(__file__).resolve().parents[1]
+    repo = REPO
     ignored = subprocess.run(
         ["git", "check-ignore", "-q", "dvc_plots/index.html"], cwd=repo, check=False
     )

@@ -7,9 +7,10 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from fake_services import SSH_GREETING, UNRESOLVABLE, FakeServer, fake_server, free_port
 
 from sentemb.services import call_within, http_answers, reason, tcp_answers
+
+from support.services import SSH_GREETING, UNRESOLVABLE, FakeServer, fake_server, free_port
 
 
 def test_call_within_gives_the_value_the_error_or_a_timeout() -> None:

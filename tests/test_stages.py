@@ -4,39 +4,24 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
-from conftest import run_stage
 
 from sentemb import tracking
 from sentemb.config import read_yaml
 from sentemb.evaluation.base import spearman
 from sentemb.registry import REFINEMENTS, SUITES
 
-REPO = Path(__file__).resolve().parents[1]
+from support.stages import last_error, run_stage, tiny_training, train_args, write_params
 
 
 @pytest.fixture(scope="module")
 def stage_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     db = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
     return {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{db}", "DVC_NO_ANALYTICS": "1"}
-
-
-def write_params(folder: Path, mirror: Path, **sections) -> Path:
-    params = read_yaml(REPO / "params.yaml")
-    params["data"].update(mirror=str(mirror), corpus_size=500)
-    for name, values in sections.items():  # a section's keys updated, a top-level value set
-        if isinstance(values, dict):
-            params[name].update(values)
-        else:
-            params[name] = values
-    path = folder / "params.yaml"
-    path.write_text(yaml.safe_dump(params))
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -105,27 +90,6 @@ def test_bad_param_is_one_clear_error_and_no_output(
         .startswith("error: eval.sts: unknown key(s) ['taks']")
     )
     assert not out.exists()
-
-
-def train_args(params: Path, work: Path, method: str | None) -> list[str]:
-    """`stages/train.py` arguments for `method` (None: params' own), seed 42, keeping every
-    output inside `work`."""
-    outputs = {"--out": "model", "--metrics": "train.json", "--plots": "plots"}
-    args = [*(["--method", method] if method else []), "--seed", "42", "--params", str(params)]
-    args += ["--checkpoints", str(work / "checkpoints")]
-    for flag, name in outputs.items():
-        args += [flag, str(work / name)]
-    return args
-
-
-def tiny_training(
-    work: Path, tiny_model_dir: Path, mirror: Path, max_steps: int, **sections
-) -> Path:
-    """A fresh `work` folder and its params: the tiny model, batch 16, `max_steps` steps."""
-    work.mkdir()
-    train = {"batch_size": 16, "max_steps": max_steps, "eval_steps": 2, "checkpoint_steps": 2}
-    model = {"name_or_path": str(tiny_model_dir)}
-    return write_params(work, mirror, model=model, train=train, **sections)
 
 
 def test_train_stage_end_to_end(
@@ -407,17 +371,10 @@ def test_analyze_then_summary(
     assert not (tmp_path / "reports/summary.md").exists()
 
 
-def last_error(result: subprocess.CompletedProcess) -> str:
-    """The stage's one error line (exit 1, no traceback)."""
-    assert result.returncode == 1, result.stderr[-3000:]
-    assert "Traceback" not in result.stderr, result.stderr[-3000:]
-    return result.stderr.strip().splitlines()[-1]
-
-
 def test_model_needing_remote_code_is_refused(
     downloaded: Path, tiny_model_dir: Path, tmp_path: Path, stage_env
 ) -> None:
-    from test_encoder import broken_copy
+    from support.models import broken_copy
 
     model = broken_copy(tiny_model_dir, tmp_path / "model", "remote code")
     out = tmp_path / "sts.json"

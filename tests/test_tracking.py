@@ -19,11 +19,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fake_services import UNRESOLVABLE, FakeServer, fake_server, free_port
 
 from sentemb import tracking
 from sentemb.services import CONNECT_SECONDS
 from sentemb.tracking import TrackingWarning, flatten, mlflow_run, param_value, sanitize_key
+
+from support import MIRROR, REPO
+from support.services import UNRESOLVABLE, FakeServer, fake_server, free_port
 
 ENV_VARS = (
     "MLFLOW_TRACKING_URI",
@@ -530,8 +532,6 @@ def test_unreachable_server_body_error_propagates(monkeypatch: pytest.MonkeyPatc
 # -- 4. a real tracking server, and a stage process talking to it ---------------------------------
 
 # The real evaluate stage (TF-IDF baseline on STS13 of the offline mirror) runs against it.
-REPO = Path(__file__).resolve().parents[1]
-MIRROR = REPO.parent / "shared" / "datasets"
 STAGE_COMMAND = [
     sys.executable,
     str(REPO / "stages" / "evaluate.py"),

@@ -18,12 +18,13 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import run_stage
 from safetensors.torch import load_file, save_file
-from test_safety import hold_checkpoints
-from test_stages import REPO, last_error, train_args, write_params
 
 from sentemb.training.checkpoint import LOCK_FILE
+
+from support import REPO
+from support.stages import last_error, run_stage, train_args, write_params
+from support.training import hold_checkpoints
 
 OUTPUTS = ("model", "train.json", "plots", "checkpoints")
 STAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ")  # a log line's time (cli.LOG_FORMAT)

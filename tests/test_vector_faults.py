@@ -20,14 +20,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import run_stage
-from test_eval_faults import LAST_NORM, edited_copy, linked_data, set_weight
-from test_stages import last_error, train_args, write_params
 
 from sentemb.config import ConfigError
 from sentemb.encoder import Encoder
 from sentemb.evaluation.base import PROBE_SIZE, UnusableVectors, check_vectors
 from sentemb.pooling import POOLERS, cls_vector
+
+from support.models import LAST_NORM, edited_copy, set_weight
+from support.stages import last_error, linked_data, run_stage, train_args, write_params
 
 FIRST_TOKEN = [name for name, spec in POOLERS.items() if spec.vector is cls_vector]
 LAYER = [name for name, spec in POOLERS.items() if spec.dense]  # the backbone's pooler layer

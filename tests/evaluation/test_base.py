@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from helpers import write_stsb
 
 from sentemb.config import ConfigError
 from sentemb.data.download import DataUnavailable
@@ -32,6 +31,8 @@ from sentemb.evaluation.base import (
 from sentemb.evaluation.chinese import ChineseEvaluator
 from sentemb.evaluation.sts import STSConfig, STSEvaluator
 from sentemb.registry import SUITES
+
+from support.training import write_stsb
 
 
 class FixedEncoder:

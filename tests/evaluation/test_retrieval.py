@@ -25,6 +25,8 @@ from sentemb.evaluation.retrieval import (
     score_retrieval,
 )
 
+from support.encoders import TableEncoder
+
 # --- metric maths ---------------------------------------------------------------------------
 
 
@@ -129,19 +131,6 @@ def test_vectorised_metrics_need_a_positive_per_row() -> None:
 
 
 # --- the QQP protocol on toy data -----------------------------------------------------------
-
-
-class TableEncoder:
-    """Looks each text up in a table of vectors; `sparse` returns a CSR matrix."""
-
-    def __init__(self, table: dict[str, Sequence[float]], sparse: bool = False) -> None:
-        self.table, self.sparse = table, sparse
-        self.seen: list[str] = []
-
-    def encode(self, sentences: Sequence[str], batch_size: int = 128) -> np.ndarray | sp.csr_array:
-        self.seen.extend(sentences)
-        vectors = np.array([self.table[s] for s in sentences], dtype=np.float32)
-        return sp.csr_array(vectors) if self.sparse else vectors
 
 
 class CharEncoder:

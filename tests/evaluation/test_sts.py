@@ -13,14 +13,9 @@ from sentemb.evaluation.chinese import ChineseConfig, ChineseEvaluator
 from sentemb.evaluation.sts import STSConfig, STSEvaluator
 from sentemb.tfidf import TfidfEncoder
 
+from support.encoders import TableEncoder
+
 VECTORS = {"a": [1.0, 0.0], "b": [1.0, 1.0], "c": [0.0, 1.0], "d": [1.0, 0.1], "e": [-1.0, 0.2]}
-
-
-class LookupEncoder:
-    """Encodes each sentence by table look-up."""
-
-    def encode(self, sentences, batch_size=0):
-        return np.array([VECTORS[s] for s in sentences], dtype=np.float32)
 
 
 def write_sts_year(root: Path, subsets: dict[str, list[tuple[str, str, str]]]) -> None:
@@ -48,7 +43,7 @@ def test_sts_all_mean_and_wmean(tmp_path: Path) -> None:
             "OnWN": [("c", "d", "0.5"), ("a", "d", "5")],  # agree: rho = 1
         },
     )
-    metrics = STSEvaluator(tmp_path, config=STSConfig(tasks=["STS13"]))(LookupEncoder())
+    metrics = STSEvaluator(tmp_path, config=STSConfig(tasks=["STS13"]))(TableEncoder(VECTORS))
     assert metrics["STS13/FNWN"] == pytest.approx(100.0)
     assert metrics["STS13/headlines"] == pytest.approx(-100.0)
     assert metrics["STS13/mean"] == pytest.approx(100.0 / 3)
@@ -58,12 +53,12 @@ def test_sts_all_mean_and_wmean(tmp_path: Path) -> None:
     gold = np.array([2, 1, 4, 3, 1, 0.5, 5])
     assert metrics["STS13"] == pytest.approx(spearman(cos, gold), abs=1e-6)
     assert metrics["STS13/all"] == metrics["STS13"] == metrics["avg"]
-    assert set(STSEvaluator(tmp_path).__call__(LookupEncoder())) >= {"STS13", "avg"}
+    assert set(STSEvaluator(tmp_path).__call__(TableEncoder(VECTORS))) >= {"STS13", "avg"}
 
 
 def test_missing_sets_are_skipped_with_reason(tmp_path: Path) -> None:
     evaluator = STSEvaluator(tmp_path)
-    assert evaluator(LookupEncoder()) == {}
+    assert evaluator(TableEncoder(VECTORS)) == {}
     assert set(evaluator.skipped) == {
         "STS12",
         "STS13",
@@ -87,14 +82,14 @@ def test_dev_split_needs_only_the_dev_files(tmp_path: Path) -> None:
     sick.mkdir(parents=True)
     lines = [f"{i}\t{a}\t{b}\t{g}\tX\n" for i, (a, b, g) in enumerate(rows)]
     (sick / "SICK_trial.txt").write_text("pair_ID\tA\tB\tscore\tlabel\n" + "".join(lines))
-    dev = STSEvaluator(tmp_path, split="dev")(LookupEncoder())
+    dev = STSEvaluator(tmp_path, split="dev")(TableEncoder(VECTORS))
     assert dev == {
         "STSBenchmark/dev": pytest.approx(100.0),
         "SICKRelatedness/dev": pytest.approx(100.0),
         "avg": pytest.approx(100.0),
     }
     test = STSEvaluator(tmp_path)
-    assert test(LookupEncoder()) == {}
+    assert test(TableEncoder(VECTORS)) == {}
     assert {"STSBenchmark", "SICK"} <= set(test.skipped)
 
 
@@ -103,7 +98,7 @@ def test_chinese_by_hand(tmp_path: Path) -> None:
     folder.mkdir(parents=True)
     (folder / "BQ.test.data").write_text("a\tb\t1\na\tc\t0\na\te\t0\nb\tc\t1\n", encoding="utf-8")
     evaluator = ChineseEvaluator(tmp_path, config=ChineseConfig(tasks=["BQ"]))
-    metrics = evaluator(LookupEncoder())
+    metrics = evaluator(TableEncoder(VECTORS))
     # cosines .707, 0, -.981, .707 vs labels 1, 0, 0, 1: ranks [3.5, 2, 1, 3.5] vs
     # [3.5, 1.5, 1.5, 3.5]; centred [1, -.5, -1.5, 1] . [1, -1, -1, 1] = 4, norms sqrt(4.5) and 2
     expected = 100 * 4 / (np.sqrt(4.5) * 2)

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import sentemb
 
+from support.training import TESTS
+
 HERE = Path(__file__).resolve().parent
 
 # A DiffCSE-like part in one file: a config beside the class, its maths as a plain function.
@@ -56,7 +58,7 @@ def test_a_new_method_file_is_found_and_trains(tiny_model_dir: Path, tmp_path: P
     )
     (library / "sentemb" / "methods" / "probe.py").write_text(NEW_METHOD, encoding="utf-8")
     code = (
-        "from pathlib import Path; from helpers import make_trainer\n"
+        "from pathlib import Path; from support.training import make_trainer\n"
         "import sentemb.methods as m, sentemb.registry as r\n"
         f"assert m.__file__.startswith({str(library)!r}), m.__file__\n"
         f"trainer = make_trainer(Path({str(tiny_model_dir)!r}), 'simcse+probe',"
@@ -64,7 +66,7 @@ def test_a_new_method_file_is_found_and_trains(tiny_model_dir: Path, tmp_path: P
         "logs = trainer.step(0)\n"
         "print(sorted(r.METHODS), sorted(logs))\n"
     )
-    path = os.pathsep.join([str(library), str(HERE.parent / "training")])
+    path = os.pathsep.join([str(library), str(TESTS)])
     result = subprocess.run(
         [sys.executable, "-c", code],
         env={**os.environ, "PYTHONPATH": path},

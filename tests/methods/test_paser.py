@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import SENTENCES, make_trainer, paser_params
 
 from sentemb.config import ConfigError
 from sentemb.encoder import Encoder
@@ -22,6 +21,8 @@ from sentemb.methods.paser import (
 )
 from sentemb.phrases import PhrasesConfig, extract, phrase_span
 from sentemb.reconstruct import reconstruct
+
+from support.training import SENTENCES, make_trainer, paser_params
 
 SENTENCE = "Do I need a transit visa for a stop in London?"
 

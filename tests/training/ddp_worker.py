@@ -9,8 +9,8 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import make_trainer
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: support
+from support.training import make_trainer
 
 
 def main() -> None:

@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import make_trainer
 
 from sentemb.encoder import Encoder
 from sentemb.io import CheckpointError
@@ -21,6 +20,8 @@ from sentemb.registry import METHODS
 from sentemb.training.checkpoint import load_checkpoint, rng_state, save_checkpoint
 from sentemb.training.loop import TrainResult
 from sentemb.training.run import torchrun_command
+
+from support.training import TESTS, make_trainer, probe
 
 HERE = Path(__file__).resolve().parent
 
@@ -70,7 +71,6 @@ def test_best_model_is_saved_and_loads(tiny_model_dir: Path, tmp_path: Path) -> 
     assert not (tmp_path / "ck").exists()  # the run's folder, its lock and the folder made
     loaded = Encoder.from_pretrained(str(tmp_path / "out"))
     assert loaded.pooler == "cls_before_pooler"
-    from helpers import probe
 
     assert probe(loaded) == pytest.approx(result.best_score, rel=1e-5)
     from sentence_transformers import SentenceTransformer
@@ -89,7 +89,7 @@ KILL_SCRIPT = """
 import os, signal, sys
 sys.path.insert(0, {here!r})
 from pathlib import Path
-from helpers import make_trainer
+from support.training import make_trainer
 trainer = make_trainer(Path({model!r}), {spec!r}, Path({ck!r}))
 original = trainer.step
 def step(i):
@@ -107,7 +107,7 @@ def test_killed_run_resumes_to_identical_result(
 ) -> None:
     reference = make_trainer(tiny_model_dir, spec, tmp_path / "ref").train(tmp_path / "ref-out")
     script = KILL_SCRIPT.format(
-        here=str(HERE),
+        here=str(TESTS),
         model=str(tiny_model_dir),
         spec=spec,
         ck=str(tmp_path / "ck"),

@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from helpers import make_trainer
 
 from sentemb.encoder import Encoder
 from sentemb.io import MARKER
 from sentemb.training.loop import TrainResult
 from sentemb.training.modelcard import CARD, CardInfo, model_card, write_model_card
+
+from support.training import make_trainer
 
 SENTENCES = ["A man is playing a guitar.", "Two dogs run in the snow.", "A man plays music."]
 

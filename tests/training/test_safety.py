@@ -11,15 +11,11 @@ import math
 import os
 import re
 import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import make_trainer
 from safetensors.torch import load_file
 
 from sentemb.config import ConfigError, from_dict, parse_spec
@@ -28,6 +24,8 @@ from sentemb.io import CheckpointError
 from sentemb.training.checkpoint import LOCK_FILE, exclusive, key_differences
 from sentemb.training.config import TrainConfig
 from sentemb.training.loop import DivergenceError, Trainer, check_batches, pick_device
+
+from support.training import hold_checkpoints, make_trainer
 
 HERE = Path(__file__).resolve().parent
 
@@ -295,40 +293,6 @@ def test_key_differences_name_every_differing_part() -> None:
     assert key_differences(old, new) == ["data.corpus", "train.batch_size"]
     assert key_differences(old, {**old, "iscse": {"k": 2}}) == ["iscse"]
     assert key_differences(old, old) == []
-
-
-HOLDER = """
-import sys, time
-sys.path.insert(0, {here!r})
-from pathlib import Path
-from helpers import make_trainer
-trainer = make_trainer(Path({model!r}), "simcse", Path({ck!r}))
-original = trainer.step
-def step(i):
-    if i == 3:  # after the checkpoint of step 2: hold the folder until killed
-        Path({ready!r}).touch()
-        time.sleep(600)
-    return original(i)
-trainer.step = step
-trainer.train(Path({out!r}))
-"""
-
-
-def hold_checkpoints(model: Path, checkpoints: Path, work: Path) -> subprocess.Popen:
-    """A real training process that holds `checkpoints` (checkpoint of step 2 written)."""
-    ready = work / "holding"
-    script = HOLDER.format(
-        here=str(HERE), model=str(model), ck=str(checkpoints), ready=str(ready), out=str(work / "o")
-    )
-    holder = subprocess.Popen(
-        [sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
-    deadline = time.monotonic() + 300
-    while not ready.exists():
-        assert holder.poll() is None, holder.stderr.read().decode()[-3000:]
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    return holder
 
 
 def test_second_process_on_a_checkpoint_folder_is_refused_until_the_first_dies(

@@ -1,8 +1,11 @@
-"""Builders shared by the tests (training, the 2-process worker script) and the STS-B files
-several tests write."""
+"""Tiny-model trainers (`make_trainer`, for the tests and the 2-process worker scripts), a
+training process that holds its checkpoint folder, and the STS-B files several tests write."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,6 +17,7 @@ from sentemb.phrases import PhrasesConfig, extract
 from sentemb.training.config import TrainConfig
 from sentemb.training.loop import Trainer
 
+TESTS = Path(__file__).resolve().parents[1]  # what a script puts on its path to import support
 SENTENCES = [f"sentence number {i} talks about topic {i % 7} and item {i % 5}" for i in range(64)]
 PARAMS = {"iscse": {"buffer_size": 16, "k": 2, "clusters": 2}}
 STSB = "senteval/data/downstream/STS/STSBenchmark"
@@ -68,3 +72,41 @@ def make_trainer(
     train_config = TrainConfig(**{**defaults, "log_steps": 1, **config})
     run_key = {"spec": spec, "params": params, **config}
     return Trainer(encoder, method, train_config, SENTENCES, evaluate, seed, checkpoints, run_key)
+
+
+HOLDER = """
+import sys, time
+sys.path.insert(0, {here!r})
+from pathlib import Path
+from support.training import make_trainer
+trainer = make_trainer(Path({model!r}), "simcse", Path({ck!r}))
+original = trainer.step
+def step(i):
+    if i == 3:  # after the checkpoint of step 2: hold the folder until killed
+        Path({ready!r}).touch()
+        time.sleep(600)
+    return original(i)
+trainer.step = step
+trainer.train(Path({out!r}))
+"""
+
+
+def hold_checkpoints(model: Path, checkpoints: Path, work: Path) -> subprocess.Popen:
+    """A real training process that holds `checkpoints` (checkpoint of step 2 written)."""
+    ready = work / "holding"
+    script = HOLDER.format(
+        here=str(TESTS),
+        model=str(model),
+        ck=str(checkpoints),
+        ready=str(ready),
+        out=str(work / "o"),
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 300
+    while not ready.exists():
+        assert holder.poll() is None, holder.stderr.read().decode()[-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return holder
