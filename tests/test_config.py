@@ -175,7 +175,7 @@ def test_known_sections_are_those_of_params_yaml_and_the_registries() -> None:
 def test_config_modules_stay_light() -> None:
     """The loader, `ModelConfig`, `TrainConfig` (read by phrases, refine, analyze and compare)
     and the whole of compare's library import no torch: a stage's deps are what it computes
-    with (tests/test_pipeline.py)."""
+    with (tests/repo/test_pipeline.py)."""
     code = (
         "import sys, sentemb.config, sentemb.model_config, sentemb.training.config, "
         "sentemb.report.compare; "

@@ -27,6 +27,9 @@ from sentemb.data.sources import DATASETS
 
 from support import REPO
 
+DOWNLOADED = ["wiki1m", "STS13", "STSBenchmark", "QQP"]  # the `downloaded` fixture's; QQP is not
+# in the mirror
+
 
 def show_warning(
     message: Warning | str,

@@ -6,7 +6,6 @@ and no output written."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from sentemb.refine.whitening import Whitening
 from sentemb.registry import SUITES
 
 from support.models import LAST_NORM, edited_copy, set_weight
-from support.stages import last_error, linked_data, run_stage, write_params
+from support.stages import last_error, run_stage, write_params
 from support.training import STSB, write_stsb
 
 SMALL_SUITES = {  # one small real task per suite
@@ -32,17 +31,6 @@ SMALL_SUITES = {  # one small real task per suite
     "chinese": {"tasks": ["PAWSX"]},
     "retrieval": {"offline_sets": ["PAWSX"]},
 }
-
-
-@pytest.fixture(scope="module")
-def stage_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    db = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
-    return {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{db}", "DVC_NO_ANALYTICS": "1"}
-
-
-@pytest.fixture(scope="module")
-def data_root(tmp_path_factory: pytest.TempPathFactory, mirror: Path) -> Path:
-    return linked_data(tmp_path_factory.mktemp("raw"), mirror)
 
 
 FAULTY = {  # model -> the start of the error its vectors give

@@ -5,7 +5,6 @@ bytes wherever the repository and the mirror live."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 from sentemb.io import MARKER
 
 from support.stages import (
+    DOWNLOADED,
     REPO,
     last_error,
     run_stage,
@@ -25,34 +25,8 @@ from support.stages import (
     write_params,
 )
 
-DATASETS = ["wiki1m", "STS13", "STSBenchmark", "QQP"]
 STS13 = "senteval/data/downstream/STS/STS13-en-test"
 CORPUS = "corpus/wiki1m_for_simcse.head.txt"
-
-
-@pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """The stages' environment: their own MLflow database, and every download refused at once
-    (a proxy nobody listens on), online or not."""
-    db = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
-    unreachable = "http://127.0.0.1:9"
-    inherited = {k: v for k, v in os.environ.items() if k.lower() != "no_proxy"}
-    return inherited | {
-        "MLFLOW_TRACKING_URI": f"sqlite:///{db}",
-        "DVC_NO_ANALYTICS": "1",
-        "http_proxy": unreachable,
-        "https_proxy": unreachable,
-    }
-
-
-@pytest.fixture(scope="module")
-def work(tmp_path_factory: pytest.TempPathFactory, mirror: Path, env: dict[str, str]) -> Path:
-    """A folder where `stages/download.py` fetched `DATASETS` from the mirror (QQP missing)."""
-    work = tmp_path_factory.mktemp("work")
-    write_params(work, mirror, data={"datasets": DATASETS, "timeout": 2})
-    result = run_stage("download.py", [], work, env)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return work
 
 
 def refused(result: subprocess.CompletedProcess, path: Path, what: str) -> None:
@@ -62,7 +36,12 @@ def refused(result: subprocess.CompletedProcess, path: Path, what: str) -> None:
 
 @pytest.mark.parametrize("stage", ["evaluate", "evaluate --predictions", "analyze", "phrases"])
 def test_file_output_at_a_folder_is_refused(
-    work: Path, tiny_model_dir: Path, mirror: Path, tmp_path: Path, env: dict, stage: str
+    downloaded: Path,
+    tiny_model_dir: Path,
+    mirror: Path,
+    tmp_path: Path,
+    offline_env: dict,
+    stage: str,
 ) -> None:
     """`--out metrics/` (a folder of tracked files) once replaced the folder by one JSON file;
     the evaluate stage's `<out-dir>/sts.json` and `<predictions-dir>/sts.npz` are such outputs."""
@@ -78,14 +57,21 @@ def test_file_output_at_a_folder_is_refused(
         "phrases": ["--out", str(tmp_path / "phrases"), "--metrics", str(folder)],
     }[stage]
     before = snapshot(tmp_path)
-    result = run_stage(f"{stage.split()[0]}.py", [*args, "--params", str(params)], work, env)
+    result = run_stage(
+        f"{stage.split()[0]}.py", [*args, "--params", str(params)], downloaded, offline_env
+    )
     refused(result, folder, "a folder, and this output is a file")
     assert snapshot(tmp_path) == before  # the folder, and no other output either
 
 
 @pytest.mark.parametrize("stage", ["train", "refine", "phrases", "download"])
 def test_folder_output_at_a_user_folder_is_refused(
-    work: Path, tiny_model_dir: Path, mirror: Path, tmp_path: Path, env: dict, stage: str
+    downloaded: Path,
+    tiny_model_dir: Path,
+    mirror: Path,
+    tmp_path: Path,
+    offline_env: dict,
+    stage: str,
 ) -> None:
     """A model, refinement, phrases or data folder never replaces a folder the user made."""
     mine = user_folder(tmp_path / "mine")
@@ -108,7 +94,7 @@ def test_folder_output_at_a_user_folder_is_refused(
         for flag, name in outputs.items():
             args += [flag, str(tmp_path / name)]
     before = snapshot(tmp_path)
-    result = run_stage(f"{stage}.py", args, work, env)
+    result = run_stage(f"{stage}.py", args, downloaded, offline_env)
     refused(result, mine, f"a folder the pipeline did not write (no {MARKER})")
     after = snapshot(tmp_path)
     if stage == "train":  # the checkpoints written beside the user's files are kept for resuming
@@ -118,16 +104,16 @@ def test_folder_output_at_a_user_folder_is_refused(
         assert after == before
 
 
-def test_rerun_replaces_its_own_folder_outputs(work: Path, env: dict) -> None:
+def test_rerun_replaces_its_own_folder_outputs(downloaded: Path, offline_env: dict) -> None:
     """The folders a stage wrote are its to replace: download (after the fixture's) and phrases
     run again."""
     runs = [("download.py", []), *[("phrases.py", ["--metrics", "phrases.json"])] * 2]
     for script, args in runs:
-        result = run_stage(script, args, work, env)
+        result = run_stage(script, args, downloaded, offline_env)
         assert result.returncode == 0, result.stderr[-3000:]
     for folder in ("data/raw", "data/phrases"):
-        listed = (work / folder / MARKER).read_text().splitlines()[1:]
-        assert listed == sorted(set(snapshot(work / folder)) - {MARKER})
+        listed = (downloaded / folder / MARKER).read_text().splitlines()[1:]
+        assert listed == sorted(set(snapshot(downloaded / folder)) - {MARKER})
 
 
 def mirror_without(mirror: Path, folder: Path, left_out: str = "") -> Path:
@@ -160,26 +146,32 @@ def data_of(clone: Path) -> dict[str, bytes]:
 )
 @pytest.mark.parametrize("earlier", [True, False], ids=["earlier data", "first download"])
 def test_download_never_loses_data(
-    work: Path, mirror: Path, tmp_path: Path, env: dict, case: str, lost: str, earlier: bool
+    downloaded: Path,
+    mirror: Path,
+    tmp_path: Path,
+    offline_env: dict,
+    case: str,
+    lost: str,
+    earlier: bool,
 ) -> None:
     """A dataset the mirror holds, or that an earlier download fetched, missing now is one error
     before anything is written: `data/raw` and the recorded checksums stay as they were."""
     clone = tmp_path / "clone"
     clone.mkdir()
     if earlier:
-        shutil.copytree(work / "data", clone / "data", symlinks=True)
+        shutil.copytree(downloaded / "data", clone / "data", symlinks=True)
     source = mirror
     if case == "wrong mirror":
         source = tmp_path / "no-such-mirror"
     elif case.startswith("mirror without"):
         source = mirror_without(mirror, tmp_path / "partial", STS13 if "STS13" in case else CORPUS)
-    write_params(clone, source, data={"datasets": DATASETS, "timeout": 2})
+    write_params(clone, source, data={"datasets": DOWNLOADED, "timeout": 2})
     if case.startswith("QQP"):  # as a download when online would have recorded it
         recorded = {f"qqp/{split}.tsv": "0" * 64 for split in ("train", "dev")}
         (clone / "data").mkdir(exist_ok=True)
         (clone / "data/checksums.recorded.json").write_text(json.dumps(recorded))
     before = data_of(clone)
-    error = last_error(run_stage("download.py", [], clone, env))
+    error = last_error(run_stage("download.py", [], clone, offline_env))
     assert error.startswith(f"error: data.mirror: {lost.count(',') + 1} dataset(s) ")
     assert f"could not be had: {lost} (first: " in error
     assert "data/raw is as it was" in error and str(source) in error
@@ -187,15 +179,17 @@ def test_download_never_loses_data(
     assert list(clone.glob("data/.partial-*")) == []
 
 
-def test_earlier_dataset_missing_now_is_an_error(work: Path, tmp_path: Path, env: dict) -> None:
+def test_earlier_dataset_missing_now_is_an_error(
+    downloaded: Path, tmp_path: Path, offline_env: dict
+) -> None:
     """A dataset the earlier `data/raw` held (here QQP, as if once downloaded) is required."""
     clone = tmp_path / "clone"
-    shutil.copytree(work, clone, symlinks=True)
+    shutil.copytree(downloaded, clone, symlinks=True)
     manifest = json.loads((clone / "data/raw/MANIFEST.json").read_text())
     manifest["datasets"]["QQP"] = {"qqp/train.tsv": "0" * 64}
     (clone / "data/raw/MANIFEST.json").write_text(json.dumps(manifest))
     before = data_of(clone)
-    error = last_error(run_stage("download.py", [], clone, env))
+    error = last_error(run_stage("download.py", [], clone, offline_env))
     assert "could not be had: QQP (first: QQP: qqp/train.tsv is not in the mirror" in error
     assert data_of(clone) == before
 
@@ -206,7 +200,7 @@ def clone_of_repo(folder: Path, mirror: str, workers: int) -> Path:
     shutil.copytree(REPO / "stages", folder / "stages")
     (folder / "data").mkdir()
     shutil.copy(REPO / "data" / "checksums.recorded.json", folder / "data")
-    data = {"datasets": DATASETS, "timeout": 2, "corpus_size": 300}
+    data = {"datasets": DOWNLOADED, "timeout": 2, "corpus_size": 300}
     write_params(folder, Path(mirror), data=data, phrases={"workers": workers})
     return folder
 
@@ -219,7 +213,7 @@ def results(metrics: Path) -> bytes:
 
 
 def test_data_outputs_do_not_depend_on_where_or_who(
-    mirror: Path, tmp_path: Path, env: dict
+    mirror: Path, tmp_path: Path, offline_env: dict
 ) -> None:
     """Two clones in different folders, the mirror at its real path and at another one given
     relative to the clone (a tree of links), other users, homes, time zones, locales, hash seeds
@@ -235,7 +229,9 @@ def test_data_outputs_do_not_depend_on_where_or_who(
         own["HOME"] = str(clone.parent)
         own["MLFLOW_TRACKING_URI"] = f"sqlite:///{clone.parent / 'mlflow.db'}"
         for script in ("download.py", "phrases.py"):
-            result = run_stage(str(clone / "stages" / script), [], clone, env | own, process=True)
+            result = run_stage(
+                str(clone / "stages" / script), [], clone, offline_env | own, process=True
+            )
             assert result.returncode == 0, result.stderr[-3000:]
     first, second = (
         snapshot(clone / "data") | {"phrases.json": results(clone / "metrics/phrases.json")}

@@ -31,19 +31,9 @@ STAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ")  # a log line's time (cl
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    db = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
-    return {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{db}", "DVC_NO_ANALYTICS": "1"}
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory: pytest.TempPathFactory, mirror: Path, env: dict[str, str]) -> Path:
-    """`data/raw` of the download stage: 500 wiki sentences and STS-B (no SICK)."""
-    work = tmp_path_factory.mktemp("download")
-    write_params(work, mirror, data={"datasets": ["wiki1m", "STSBenchmark"]})
-    result = run_stage("download.py", [], work, {**env, "no_proxy": "*"})
-    assert result.returncode == 0, result.stderr[-3000:]
-    return work / "data" / "raw"
+def data(downloaded: Path) -> Path:
+    """`data/raw` of the download stage: 500 wiki sentences, STS13 and STS-B (no SICK)."""
+    return downloaded / "data" / "raw"
 
 
 def training(work: Path, mirror: Path, model_dir: Path, **sections: dict) -> Path:
@@ -61,10 +51,10 @@ def training(work: Path, mirror: Path, model_dir: Path, **sections: dict) -> Pat
 
 
 def train(
-    work: Path, params: Path, data: Path, env: dict, method: str = "simcse"
+    work: Path, params: Path, data: Path, stage_env: dict, method: str = "simcse"
 ) -> subprocess.CompletedProcess:
     args = [*train_args(params, work, method), "--data", str(data)]
-    return run_stage("train.py", args, work, env)
+    return run_stage("train.py", args, work, stage_env)
 
 
 def nothing_written(work: Path) -> bool:
@@ -141,7 +131,7 @@ def test_bad_params_are_one_error_before_anything_is_written(
     data: Path,
     tiny_model_dir: Path,
     mirror: Path,
-    env: dict,
+    stage_env: dict,
     tmp_path: Path,
     sections: dict,
     method: str,
@@ -149,7 +139,7 @@ def test_bad_params_are_one_error_before_anything_is_written(
 ) -> None:
     if sections.get("train", {}).get("device") == "cuda" and torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    assert_refused(tmp_path, mirror, tiny_model_dir, data, env, sections, method, message)
+    assert_refused(tmp_path, mirror, tiny_model_dir, data, stage_env, sections, method, message)
 
 
 def assert_refused(
@@ -157,7 +147,7 @@ def assert_refused(
     mirror: Path,
     model_dir: Path,
     data: Path,
-    env: dict,
+    stage_env: dict,
     sections: dict,
     method: str,
     message: str,
@@ -165,7 +155,7 @@ def assert_refused(
     """Training `method` on `model_dir` with `sections` stops with one error starting with
     `message` (`{data}` filled in) and writes nothing in `work`."""
     params = training(work, mirror, model_dir, **sections)
-    error = last_error(train(work, params, data, env, method))
+    error = last_error(train(work, params, data, stage_env, method))
     assert error.startswith(f"error: {message.format(data=data)}"), error
     assert nothing_written(work)
 
@@ -196,7 +186,7 @@ def test_a_pooler_the_backbone_cannot_give_is_refused_before_training(
     data: Path,
     distilbert_dir: Path,
     mirror: Path,
-    env: dict,
+    stage_env: dict,
     tmp_path: Path,
     sections: dict,
     method: str,
@@ -208,11 +198,11 @@ def test_a_pooler_the_backbone_cannot_give_is_refused_before_training(
         f"{param}: 'cls' needs a backbone with a pooler layer; model.name_or_path: "
         f"{distilbert_dir} (DistilBertModel) has none; cls_before_pooler reads [CLS] without one"
     )
-    assert_refused(tmp_path, mirror, distilbert_dir, data, env, sections, method, message)
+    assert_refused(tmp_path, mirror, distilbert_dir, data, stage_env, sections, method, message)
 
 
 def test_missing_dev_set_is_found_before_training(
-    data: Path, tiny_model_dir: Path, mirror: Path, env: dict, tmp_path: Path
+    data: Path, tiny_model_dir: Path, mirror: Path, stage_env: dict, tmp_path: Path
 ) -> None:
     """STS-B dev absent (the download left it out): refused before the model is loaded, not
     after `eval_steps` steps of training."""
@@ -220,7 +210,7 @@ def test_missing_dev_set_is_found_before_training(
     sts = copy / "senteval" / "data" / "downstream" / "STS"
     shutil.rmtree(sts / "STSBenchmark")
     params = training(tmp_path, mirror, tiny_model_dir, train={"eval_steps": 1000})
-    error = last_error(train(tmp_path, params, copy, env))
+    error = last_error(train(tmp_path, params, copy, stage_env))
     dev = sts / "STSBenchmark" / "sts-dev.csv"
     assert error.startswith(f"error: {dev}: not found; train.selection: stsb selects the model on")
     assert nothing_written(tmp_path)
@@ -251,7 +241,7 @@ def changed_weights(model: Path) -> None:
 
 @pytest.mark.slow
 def test_resume_only_the_same_run(
-    data: Path, tiny_model_dir: Path, mirror: Path, env: dict, tmp_path: Path
+    data: Path, tiny_model_dir: Path, mirror: Path, stage_env: dict, tmp_path: Path
 ) -> None:
     """A run killed at step 2 is resumed only by the same run: another corpus, another param of
     a part of the spec (written with spaces) or other weights at the same model path each start
@@ -265,7 +255,7 @@ def test_resume_only_the_same_run(
     killed = subprocess.run(
         [sys.executable, "-c", KILLED.format(stage=stage, args=args)],
         cwd=tmp_path,
-        env=env,
+        env=stage_env,
         capture_output=True,
         text=True,
         timeout=600,
@@ -286,7 +276,7 @@ def test_resume_only_the_same_run(
     ]
     for differs, root, case_params, change in cases:
         change()
-        result = train(tmp_path, case_params, root, env, "simcse + iscse")
+        result = train(tmp_path, case_params, root, stage_env, "simcse + iscse")
         assert result.returncode == 0, result.stderr[-3000:]
         fresh = [
             STAMP.sub("", line) for line in result.stderr.splitlines() if "starting afresh" in line
@@ -298,7 +288,7 @@ def test_resume_only_the_same_run(
         assert "resuming from" not in result.stderr
         assert json.loads((checkpoint / "state.json").read_text())["step"] == 2
         original.write_bytes(backup)
-    result = train(tmp_path, params, data, env, "simcse + iscse")
+    result = train(tmp_path, params, data, stage_env, "simcse + iscse")
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"resuming from {checkpoint} at step 2" in result.stderr
     assert json.loads((tmp_path / "train.json").read_text())["method"] == "simcse+iscse"
@@ -335,7 +325,7 @@ def test_divergence_is_one_error_and_keeps_the_last_good_checkpoint(
     data: Path,
     tiny_model_dir: Path,
     mirror: Path,
-    env: dict,
+    stage_env: dict,
     tmp_path: Path,
     settings: dict,
     message: str,
@@ -344,7 +334,7 @@ def test_divergence_is_one_error_and_keeps_the_last_good_checkpoint(
     at step 2, or the dev vectors at step 1: one error naming the step and the likely params, no
     model/metrics/plots or lock file, and the checkpoint left, if any, is the last finite one."""
     params = training(tmp_path, mirror, tiny_model_dir, train=settings)
-    error = last_error(train(tmp_path, params, data, env))
+    error = last_error(train(tmp_path, params, data, stage_env))
     checkpoints = re.escape(str(tmp_path / "checkpoints"))
     assert re.match(f"error: {message.replace('{checkpoints}', checkpoints)}", error), error
     assert not any((tmp_path / name).exists() for name in ("model", "train.json", "plots"))
@@ -354,7 +344,7 @@ def test_divergence_is_one_error_and_keeps_the_last_good_checkpoint(
 
 
 def test_training_that_learns_nothing_is_warned_in_the_metrics(
-    data: Path, tiny_model_dir: Path, mirror: Path, env: dict, tmp_path: Path
+    data: Path, tiny_model_dir: Path, mirror: Path, stage_env: dict, tmp_path: Path
 ) -> None:
     """`simcse.temperature: 1e-6` on a model whose views and vectors are far apart (no dropout,
     mean pooling): loss 0 at every step, the model unchanged; exit 0 with a warning in the log
@@ -371,7 +361,7 @@ def test_training_that_learns_nothing_is_warned_in_the_metrics(
         train={"pooler": "mean", "eval_pooler": "mean", "log_steps": 1},
         simcse={"temperature": 1e-6},
     )
-    result = train(tmp_path, params, data, env)
+    result = train(tmp_path, params, data, stage_env)
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = json.loads((tmp_path / "train.json").read_text())
     assert metrics["final_loss"] == 0.0 and metrics["best_dev"] == metrics["initial_dev"]
@@ -381,7 +371,7 @@ def test_training_that_learns_nothing_is_warned_in_the_metrics(
 
 
 def test_second_process_on_a_checkpoint_folder_is_one_error(
-    data: Path, tiny_model_dir: Path, mirror: Path, env: dict, tmp_path: Path
+    data: Path, tiny_model_dir: Path, mirror: Path, stage_env: dict, tmp_path: Path
 ) -> None:
     """A training process holds checkpoints/; the stage given the same folder says so in one
     line and writes nothing."""
@@ -390,7 +380,7 @@ def test_second_process_on_a_checkpoint_folder_is_one_error(
     try:
         before = sorted(checkpoints.rglob("*"))
         params = training(tmp_path, mirror, tiny_model_dir)
-        error = last_error(train(tmp_path, params, data, env))
+        error = last_error(train(tmp_path, params, data, stage_env))
         assert error == (
             f"error: {checkpoints}: another training process is using this checkpoint folder; "
             "wait for it to end or give this run another one (--checkpoints)"

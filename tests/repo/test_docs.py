@@ -102,19 +102,19 @@ def test_a_stale_citation_fails() -> None:
     """The check catches a renamed test, a missing file, a `::name` with no file before it,
     an empty test cell, text in it and a row with a cell too few."""
     stale = [
-        "| a | b | `tests/test_docs.py::test_no_such_test` |",
+        "| a | b | `tests/repo/test_docs.py::test_no_such_test` |",
         "| a | b | `tests/no_such_file.py` |",
-        "| a | b | `tests/test_docs.py`, `::test_renamed[x]` |",
+        "| a | b | `tests/repo/test_docs.py`, `::test_renamed[x]` |",
         "| a | b | `::test_every_cited_test_exists` |",
         "| a | b |  |",
-        "| a | b | see `tests/test_docs.py` |",
-        "| a | `tests/test_docs.py` |",
-        "See `tests/test_docs.py::test_gone`.",
+        "| a | b | see `tests/repo/test_docs.py` |",
+        "| a | `tests/repo/test_docs.py` |",
+        "See `tests/repo/test_docs.py::test_gone`.",
     ]
     for line in stale:
         assert page_problems(line), line
     good = (
-        "| a | b | `tests/test_docs.py::test_a_stale_citation_fails`,"
+        "| a | b | `tests/repo/test_docs.py::test_a_stale_citation_fails`,"
         " `::test_every_cited_test_exists[x]` |"
     )
     assert page_problems(good) == []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -16,22 +15,6 @@ from sentemb.evaluation.base import spearman
 from sentemb.registry import REFINEMENTS, SUITES
 
 from support.stages import last_error, run_stage, tiny_training, train_args, write_params
-
-
-@pytest.fixture(scope="module")
-def stage_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    db = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
-    return {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{db}", "DVC_NO_ANALYTICS": "1"}
-
-
-@pytest.fixture(scope="module")
-def downloaded(tmp_path_factory, mirror: Path, stage_env) -> Path:
-    """`stages/download.py` over the mirror for a few datasets, QQP absent."""
-    work = tmp_path_factory.mktemp("work")
-    write_params(work, mirror, data={"datasets": ["wiki1m", "STS13", "STSBenchmark", "QQP"]})
-    result = run_stage("download.py", [], work, {**stage_env, "no_proxy": "*"})
-    assert result.returncode == 0, result.stderr
-    return work
 
 
 def test_download_writes_manifest_corpus_and_reasons(downloaded: Path) -> None:

@@ -27,7 +27,7 @@ from sentemb.evaluation.base import PROBE_SIZE, UnusableVectors, check_vectors
 from sentemb.pooling import POOLERS, cls_vector
 
 from support.models import LAST_NORM, edited_copy, set_weight
-from support.stages import last_error, linked_data, run_stage, train_args, write_params
+from support.stages import last_error, run_stage, train_args, write_params
 
 FIRST_TOKEN = [name for name, spec in POOLERS.items() if spec.vector is cls_vector]
 LAYER = [name for name, spec in POOLERS.items() if spec.dense]  # the backbone's pooler layer
@@ -143,17 +143,6 @@ def models(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> di
     return made
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory: pytest.TempPathFactory, mirror: Path) -> Path:
-    return linked_data(tmp_path_factory.mktemp("raw"), mirror)
-
-
-@pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    db = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
-    return {"MLFLOW_TRACKING_URI": f"sqlite:///{db}", "DVC_NO_ANALYTICS": "1"}
-
-
 @pytest.fixture
 def encoded(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many sentences each `Encoder.batches` call got: every encode (probes included) and
@@ -227,7 +216,13 @@ WHERE = {  # where -> the stage, and the param that sets the pooler there
 
 
 def run(
-    where: str, work: Path, data: Path, env: dict, model_dir: Path, pooler: str, **sections: dict
+    where: str,
+    work: Path,
+    data_root: Path,
+    stage_env: dict,
+    model_dir: Path,
+    pooler: str,
+    **sections: dict,
 ) -> subprocess.CompletedProcess:
     """The stage of `where` on `model_dir`, with `pooler` set by the param of `where` (training's
     other poolers `mean`) and `sections` updating the params; every output goes into `work`."""
@@ -238,8 +233,8 @@ def run(
         values[name] = {**values.get(name, {}), **section}
     section, key = param.split(".")
     values.setdefault(section, {})[key] = pooler
-    params = write_params(work, data, **values)
-    common = ["--data", str(data), "--params", str(params)]
+    params = write_params(work, data_root, **values)
+    common = ["--data", str(data_root), "--params", str(params)]
     if where == "evaluate":
         args = ["--model", str(model_dir), "--suites", "sts", "--out-dir", str(work / "out")]
     elif where == "refine":
@@ -249,7 +244,7 @@ def run(
         args = ["--out", str(work / "analysis.json")]
     else:
         args = train_args(params, work, "dclr" if where == "dclr" else "simcse")
-    return run_stage(script, [*args, *common], work, env)
+    return run_stage(script, [*args, *common], work, stage_env)
 
 
 SMALL = {  # small tasks, so a stage that runs does so in seconds
@@ -265,8 +260,8 @@ REFUSED = [(a, pooler) for a in ARCHITECTURES for pooler in POOLERS if refused(a
 @pytest.mark.parametrize(("architecture", "pooler"), REFUSED)
 def test_a_pair_certain_to_fail_is_refused_before_anything_is_encoded(
     tmp_path: Path,
-    data: Path,
-    env: dict,
+    data_root: Path,
+    stage_env: dict,
     models: dict[str, Path],
     encoded: list[int],
     architecture: str,
@@ -274,7 +269,7 @@ def test_a_pair_certain_to_fail_is_refused_before_anything_is_encoded(
     where: str,
 ) -> None:
     model, param = models[architecture], WHERE[where][1]
-    error = last_error(run(where, tmp_path, data, env, model, pooler, **SMALL))
+    error = last_error(run(where, tmp_path, data_root, stage_env, model, pooler, **SMALL))
     start = "model.name_or_path: " if architecture == "t5" else f"{param}: {pooler!r} "
     assert error.startswith(f"error: {start}"), error
     assert f"model.name_or_path: {model}{expected(architecture, pooler, param)[1]}" in error
@@ -287,12 +282,17 @@ def test_a_pair_certain_to_fail_is_refused_before_anything_is_encoded(
     [("bert-no-pooler-weights", "cls"), ("bert-no-cls", "cls_before_pooler"), ("gpt2", "mean")],
 )
 def test_a_doubtful_pair_is_a_warning_and_is_scored(
-    tmp_path: Path, data: Path, env: dict, models: dict[str, Path], architecture: str, pooler: str
+    tmp_path: Path,
+    data_root: Path,
+    stage_env: dict,
+    models: dict[str, Path],
+    architecture: str,
+    pooler: str,
 ) -> None:
     """`cls` over a pooler layer the checkpoint lacks and [CLS] pooling of a tokenizer that adds
     no [CLS] are warned about, and scored; a causal LM with mean pooling is scored."""
     model = models[architecture]
-    done = run("evaluate", tmp_path, data, env, model, pooler, **SMALL)
+    done = run("evaluate", tmp_path, data_root, stage_env, model, pooler, **SMALL)
     assert done.returncode == 0, done.stderr[-3000:]
     warnings = [line for line in done.stderr.splitlines() if "WARNING sentemb.encoder" in line]
     doubt = expected(architecture, pooler, "model.pooler")
@@ -321,8 +321,8 @@ PROBED = {  # fault -> the error after the model's name, and the cause it names
 @pytest.mark.parametrize("fault", list(PROBED))
 def test_unusable_vectors_are_refused_on_a_probe_naming_their_cause(
     tmp_path: Path,
-    data: Path,
-    env: dict,
+    data_root: Path,
+    stage_env: dict,
     models: dict[str, Path],
     encoded: list[int],
     fault: str,
@@ -332,7 +332,9 @@ def test_unusable_vectors_are_refused_on_a_probe_naming_their_cause(
     encoding `PROBE_SIZE` sentences, not thousands, naming the weights; training takes no
     lock."""
     model = models[fault]
-    error = last_error(run(where, tmp_path, data, env, model, "cls_before_pooler", **SMALL))
+    error = last_error(
+        run(where, tmp_path, data_root, stage_env, model, "cls_before_pooler", **SMALL)
+    )
     problem, cause = PROBED[fault]
     assert error.startswith(f"error: {model}: {problem} (their tokens differ), before encoding")
     assert error.endswith(cause.format(model=model)), error
@@ -345,8 +347,8 @@ def test_unusable_vectors_are_refused_on_a_probe_naming_their_cause(
 )
 def test_a_max_length_that_leaves_only_special_tokens_is_refused(
     tmp_path: Path,
-    data: Path,
-    env: dict,
+    data_root: Path,
+    stage_env: dict,
     tiny_model_dir: Path,
     encoded: list[int],
     where: str,
@@ -355,7 +357,9 @@ def test_a_max_length_that_leaves_only_special_tokens_is_refused(
     """Truncated to 2 tokens, every sentence is [CLS] [SEP]: one vector for all."""
     section, key = param.split(".")
     sections = {**SMALL, section: {**SMALL.get(section, {}), key: 2}}
-    error = last_error(run(where, tmp_path, data, env, tiny_model_dir, "mean", **sections))
+    error = last_error(
+        run(where, tmp_path, data_root, stage_env, tiny_model_dir, "mean", **sections)
+    )
     assert error == (
         f"error: {param}: must be in [3, 128] for {tiny_model_dir} (2 special token(s) plus a "
         "word; 128 positions), got 2"

@@ -1,0 +1,32 @@
+"""Whitening on toy vectors: the fitting corpus's covariance becomes the identity."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sentemb.config import ConfigError
+from sentemb.refine.whitening import Whitening
+
+
+def test_whitening_makes_the_fitting_covariance_the_identity() -> None:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(500, 6)) @ rng.normal(size=(6, 6)) + 3.0
+    white = Whitening.fit(x).transform(x)
+    np.testing.assert_allclose(white.mean(axis=0), 0.0, atol=1e-4)
+    np.testing.assert_allclose(np.cov(white, rowvar=False, bias=True), np.eye(6), atol=1e-4)
+    cut = Whitening.fit(x, dim=3).transform(x)
+    np.testing.assert_allclose(np.cov(cut, rowvar=False, bias=True), np.eye(3), atol=1e-4)
+    flat = Whitening.fit(x[:3])  # 3 points span 2 directions: the zero-variance ones are dropped
+    assert flat.kernel.shape == (6, 2)
+    np.testing.assert_allclose(
+        np.cov(flat.transform(x[:3]), rowvar=False, bias=True), np.eye(2), atol=1e-6
+    )
+    with pytest.raises(ConfigError, match="all equal"):
+        Whitening.fit(np.ones((4, 6)))
+    for rows in (0, 1):  # a fit on the sentences of an empty call ended in numpy's SVD error
+        with pytest.raises(ConfigError, match=f"2 or more vectors, got {rows}"):
+            Whitening.fit(x[:rows])
+    for dim in (7, 10_000):  # more dimensions than the vectors have kept all 6 silently
+        with pytest.raises(ConfigError, match=rf"^refine.whitening.dim: {dim} is more than the 6"):
+            Whitening.fit(x, dim=dim)

@@ -1,0 +1,55 @@
+"""The Markdown summary: mean ± std cells, refined rows after their method, reference rows, and
+the paired rows with their verdict."""
+
+from __future__ import annotations
+
+from sentemb.report.markdown import paired_table, spread, suite_table
+
+
+def test_cells() -> None:
+    assert spread({"mean": 76.434, "std": 0.456, "n": 3}) == "76.43 ± 0.46"
+    assert spread({"mean": 76.434, "std": 0.0, "n": 1}) == "76.43"
+    assert spread(None) == "-"
+
+
+def test_suite_table_rows() -> None:
+    stats = {"mean": 10.0, "std": 1.0, "n": 2}
+    methods = {
+        "simcse": {"chinese": {"ATEC": stats, "avg": stats}, "chinese/repal": {"avg": stats}}
+    }
+    singles = {"TF-IDF": {"chinese": {"ATEC": 12.345, "avg": 1.0, "whitening": {"avg": 2.0}}}}
+    assert suite_table("chinese", methods, singles).splitlines() == [
+        "| model | ATEC | BQ | LCQMC | PAWSX | STS-B | avg |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+        "| simcse | 10.00 ± 1.00 | - | - | - | - | 10.00 ± 1.00 |",
+        "| simcse + RepAL | - | - | - | - | - | 10.00 ± 1.00 |",
+        "| TF-IDF | 12.35 | - | - | - | - | 1.00 |",
+        "| TF-IDF + whitening | - | - | - | - | - | 2.00 |",
+    ]
+
+
+def result(difference: float, low: float, high: float, p: float | None) -> dict:
+    significant = low > 0 or high < 0
+    return {
+        "difference": difference,
+        "low": low,
+        "high": high,
+        "significant": significant,
+        "below_noise": abs(difference) < 0.01,
+        "p_seeds": p,
+    }
+
+
+def test_paired_rows_follow_the_tables_order_with_a_verdict() -> None:
+    tasks = {
+        "avg": result(0.2, -0.1, 0.5, None),
+        "STS12": result(1.0, 0.4, 1.6, 0.0123),
+        "STS13": result(-0.004, -0.006, -0.002, 0.2),  # significant, but below the noise
+    }
+    text = paired_table({"sscl": {"sts": tasks}}, "simcse", 0.95)
+    assert text.splitlines()[0].endswith("| p (t-test, seeds) | verdict |")
+    assert text.splitlines()[2:] == [
+        "| sscl - simcse | sts STS12 | +1.00 | [+0.40, +1.60] | 0.012 | significant |",
+        "| sscl - simcse | sts STS13 | -0.00 | [-0.01, -0.00] | 0.200 | noise |",
+        "| sscl - simcse | sts avg | +0.20 | [-0.10, +0.50] | - | no significant difference |",
+    ]
