@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import traceback
+import urllib.request
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -56,9 +57,10 @@ def run_stage(
 
     Run in this process unless `process`: the stage's log lines, Python's warnings and any
     traceback go to the stderr returned, as a subprocess's would, and this process's working
-    folder, environment, argv, logging and warnings are set back after. That saves the 4-5 s of
-    imports a new interpreter pays per stage. `process=True` starts a real `python` for tests
-    whose subject is the process itself (its hash seed, locale or time zone, a signal)."""
+    folder, environment, argv, logging, warnings and urllib opener are set back after. That
+    saves the 4-5 s of imports a new interpreter pays per stage. `process=True` starts a real
+    `python` for tests whose subject is the process itself (its hash seed, locale or time zone,
+    a signal)."""
     path = Path(script) if os.sep in script else REPO / "stages" / script
     command = [sys.executable, str(path), *args]
     if process:
@@ -69,12 +71,14 @@ def run_stage(
     saved = (dict(os.environ), os.getcwd(), sys.argv, list(sys.path), root.handlers, root.level)
     hub = sys.modules.get("huggingface_hub.constants")
     hub_offline = getattr(hub, "HF_HUB_OFFLINE", None)
+    opener = urllib.request._opener  # urlopen keeps the proxies of its first call's environment
     stdout, stderr, status = io.StringIO(), io.StringIO(), 0
     try:
         if env is not None:
             os.environ.clear()
             os.environ.update(env)
         os.chdir(cwd)
+        urllib.request.install_opener(None)  # the stage's urlopen reads its own environment
         sys.argv = [str(path), *args]
         sys.path.insert(0, str(path.parent))  # as `python script` puts the script's folder first
         root.handlers = []  # the stage's logging.basicConfig then logs to `stderr`, as alone
@@ -109,6 +113,7 @@ def run_stage(
         os.chdir(cwd_before)
         if hub is not None:
             hub.HF_HUB_OFFLINE = hub_offline
+        urllib.request.install_opener(opener)
     return subprocess.CompletedProcess(command, status, stdout.getvalue(), stderr.getvalue())
 
 
