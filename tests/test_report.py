@@ -7,12 +7,13 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+import pytest
 from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
 from sentemb.config import METHOD_SECTIONS
 from sentemb.report import plots
-from sentemb.report.markdown import paired_table, spread, suite_table
+from sentemb.report.markdown import markdown, paired_table, spread, suite_table
 
 
 def test_cells() -> None:
@@ -150,3 +151,19 @@ def test_dvc_plots_output_is_not_tracked() -> None:
         ["git", "check-ignore", "-q", "dvc_plots/index.html"], cwd=repo, check=False
     )
     assert ignored.returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("cells", "align"),
+    [
+        (["76.32 ± 0.13", "-", "78.88"], "---:"),
+        (["+0.60 (significant)", "[+0.36, +0.86]", "−0.05", "12%"], "---:"),
+        (["-", ""], "---:"),  # a column of numbers, all missing
+        (["significant", "noise"], "---"),
+        (["3045b3f", "9d7f0d4 (brisk-feds)"], "---"),  # commits start with digits, are text
+        (["wiki, 11,915 sentences", "-"], "---"),
+    ],
+)
+def test_numbers_align_right_and_text_left(cells: list[str], align: str) -> None:
+    table = markdown(["model", "column"], [["m", cell] for cell in cells]).splitlines()
+    assert table[1] == f"|---|{align}|"
