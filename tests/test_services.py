@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
+from urllib.error import URLError
 
 import pytest
 
@@ -21,6 +22,23 @@ def test_call_within_gives_the_value_the_error_or_a_timeout() -> None:
     with pytest.raises(TimeoutError, match=r"^no answer within 0\.2 s$"):
         call_within(0.2, release.wait)  # the thread is left waiting, as a hung connect would be
     release.set()
+
+
+@pytest.mark.parametrize(
+    "timeout",
+    [TimeoutError("timed out"), URLError(TimeoutError("timed out"))],
+    ids=["read", "connect"],
+)
+def test_a_probe_socket_timing_out_first_is_the_same_silence(timeout: OSError) -> None:
+    """The probe's socket timeout (read, or a connect urllib wraps) may end it before the wait
+    does on a loaded machine: the same `TimeoutError` and message either way."""
+
+    def probe() -> None:
+        raise timeout
+
+    with pytest.raises(TimeoutError, match=r"^no answer within 1 s$") as raised:
+        call_within(1, probe)
+    assert raised.value.__cause__ is timeout
 
 
 def test_reason_is_one_short_line() -> None:

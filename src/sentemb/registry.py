@@ -62,11 +62,12 @@ class Registry(Mapping[str, Entry]):
         return tuple(sorted(m.name for m in modules if m.name not in self.shared))
 
     def import_all(self) -> None:
-        """Import every module of the package that registers one (once): each registers itself."""
+        """Import every module of the package that registers one (once): each registers itself.
+        A module that fails to import fails every read, never leaves a registry short of it."""
         if not self.imported:
-            self.imported = True
             for name in self.names():
                 importlib.import_module(f"{self.package}.{name}")
+            self.imported = True
 
     def __getitem__(self, name: str) -> Entry:
         self.import_all()

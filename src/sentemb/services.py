@@ -34,7 +34,9 @@ def call_within(seconds: float, func: Callable[[], T]) -> T:
     """`func()`'s value or exception, or `TimeoutError` if it has neither after `seconds`.
 
     `func` runs in a daemon thread that is left to end on its own, so it must be a probe that
-    changes nothing: name resolution and a blocked connect obey no socket timeout."""
+    changes nothing: name resolution and a blocked connect obey no socket timeout. A probe's own
+    socket timeout of the same `seconds` may end it first (on a loaded machine, whichever comes
+    first): that is the same silence, so it is the same `TimeoutError` and message."""
     value: list[T] = []
     error: list[Exception] = []
 
@@ -47,11 +49,14 @@ def call_within(seconds: float, func: Callable[[], T]) -> T:
     thread = threading.Thread(target=target, name="service-probe", daemon=True)
     thread.start()
     thread.join(seconds)
+    silent = TimeoutError(f"no answer within {seconds:g} s")
     if error:
+        if isinstance(getattr(error[0], "reason", error[0]), TimeoutError):  # urllib wraps one
+            raise silent from error[0]
         raise error[0]
     if value:
         return value[0]
-    raise TimeoutError(f"no answer within {seconds:g} s")
+    raise silent
 
 
 def http_answers(url: str, seconds: float) -> None:

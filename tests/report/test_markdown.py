@@ -3,7 +3,9 @@ the paired rows with their verdict."""
 
 from __future__ import annotations
 
-from sentemb.report.markdown import paired_table, spread, suite_table
+import pytest
+
+from sentemb.report.markdown import markdown, paired_table, spread, suite_table
 
 
 def test_cells() -> None:
@@ -53,3 +55,19 @@ def test_paired_rows_follow_the_tables_order_with_a_verdict() -> None:
         "| sscl - simcse | sts STS13 | -0.00 | [-0.01, -0.00] | 0.200 | noise |",
         "| sscl - simcse | sts avg | +0.20 | [-0.10, +0.50] | - | no significant difference |",
     ]
+
+
+@pytest.mark.parametrize(
+    ("cells", "align"),
+    [
+        (["76.32 ± 0.13", "-", "78.88"], "---:"),
+        (["+0.60 (significant)", "[+0.36, +0.86]", "−0.05", "12%"], "---:"),
+        (["-", ""], "---:"),  # a column of numbers, all missing
+        (["significant", "noise"], "---"),
+        (["3045b3f", "9d7f0d4 (brisk-feds)"], "---"),  # commits start with digits, are text
+        (["wiki, 11,915 sentences", "-"], "---"),
+    ],
+)
+def test_numbers_align_right_and_text_left(cells: list[str], align: str) -> None:
+    table = markdown(["model", "column"], [["m", cell] for cell in cells]).splitlines()
+    assert table[1] == f"|---|{align}|"

@@ -8,6 +8,7 @@ rows; the paired tests against a baseline; the protocol and the deviations from 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,6 +22,7 @@ from sentemb.training.config import TrainConfig
 REFINED = {name: entry.cls.label for name, entry in REFINEMENTS.items()}  # name -> label
 REFERENCE_LABELS = {"untrained": "untrained model", "tfidf": "TF-IDF"}  # the reference rows
 PAPER_CORPUS = 1_000_000
+NUMBER = re.compile(r"[\[(]?[-+−]?\d[\d,.]*(?:$|[\s%±)\],])")  # 76.3 ± 0.1, +0.6 (x), [-1, 2]
 PAPER_BACKBONES = ("bert-base", "bert-large", "roberta-base", "roberta-large")
 
 
@@ -68,8 +70,15 @@ def protocol(
 
 
 def markdown(header: list[str], rows: list[list[str]]) -> str:
-    """A Markdown table, first column left-aligned, the others right-aligned."""
-    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+    """A Markdown table: a column of numbers (or of `-`, missing ones) right-aligned, a column
+    with any text left-aligned."""
+
+    def align(cells: list[str]) -> str:
+        text = [c for c in cells if c not in ("", "-") and not NUMBER.match(c)]
+        return "---" if text else "---:"
+
+    columns = [align([row[i] for row in rows]) if i else "---" for i in range(len(header))]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(columns) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
 
@@ -227,8 +236,9 @@ def comparison(
         "",
         f"Δ = {new.label} − {old.label} in score points, means over the shared seeds; CI: "
         f"{config.confidence:.0%} paired bootstrap over the test pairs ({config.resamples} "
-        f"resamples; STS and Chinese only); p: paired t-test over seeds; |Δ| < {config.noise:g} "
-        f"(`compare.noise`): {NOISE}.",
+        f"resamples; STS and Chinese only); p: paired t-test over seeds. Verdict: the CI where "
+        f"there is one (significant when it excludes 0), else p < {1 - config.confidence:.2g}; "
+        f"|Δ| < {config.noise:g} (`compare.noise`): {NOISE}.",
         "",
     ]
     rows = []
@@ -303,8 +313,9 @@ def leaderboard(board: Mapping[str, Any]) -> str:
         "# Leaderboard",
         "Each row is one DVC experiment (`python -m sentemb.leaderboard`): suite averages, mean ±"
         " std over its seeds; STS vs SimCSE: Δ of the STS average and its verdict (paired"
-        " bootstrap over the test pairs and paired t-test over seeds; `noise` below"
-        " `compare.noise`). Reference rows are single runs of the reference commit.",
+        " bootstrap over the test pairs and paired t-test over seeds: the bootstrap's interval"
+        " decides where there is one, else the t-test; `noise` below `compare.noise`)."
+        " Reference rows are single runs of the reference commit.",
         markdown(header, table),
         "## Against SimCSE (suite averages)",
         markdown(["model", "suite", "Δ", "CI (bootstrap)", "p (seeds)", "verdict"], tests),
