@@ -3,16 +3,17 @@ what issue 17's targets (whole run <= 45 min, evaluating a model <= 1.0x trainin
 
     python benchmarks/budget.py        # the table of benchmarks/README.md (a test keeps it current)
 
-Per trained run (metrics/runs/M-S): train, then its evaluation: refine, each suite of evaluate,
-analyze. The other stages (reference, refine_reference, analyze_reference, baseline, compare,
-download, phrases) are "the rest". Stage work only: Python's start-up and DVC's hashing add
-about 7 s per stage to the wall clock. A view of committed files, not a measurement: it
-writes nothing.
+Per trained run (one seed; stage summary's record plots/summary/seconds.json): train, then its
+evaluation: refine, each suite of evaluate, analyze. The other stages (reference,
+refine_reference, analyze_reference, baseline, summary, download, phrases) are "the rest".
+Stage work only: Python's start-up and DVC's hashing add about 7 s per stage to the wall clock.
+A view of committed files, not a measurement: it writes nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from statistics import mean
 
@@ -30,25 +31,29 @@ EVALUATION = {
 TARGET_SECONDS = 45 * 60
 
 
-def seconds(folder: Path, files: list[str]) -> float:
-    """The recorded seconds of `files` in `folder`; a file without them is an error."""
-    value = recorded_seconds([folder / name for name in files])
-    if value is None:
-        raise SystemExit(f"{folder}: no seconds in {files}")
-    return value
-
-
-def budget(metrics: Path) -> dict:
+def budget(root: Path) -> dict:
     """Mean seconds per trained run of training and of each evaluation part, the rest, and the
-    training time per run at which the 45 min would hold with evaluation at 1.0x training."""
-    runs = sorted(p for p in (metrics / "runs").iterdir() if p.is_dir())
-    train = [seconds(run, ["train.json"]) for run in runs]
-    parts = {name: mean(seconds(run, files) for run in runs) for name, files in EVALUATION.items()}
+    training time per run at which the 45 min would hold with evaluation at 1.0x training: the
+    runs' seconds from stage summary's record, the other stages' from their metrics files."""
+    records = json.loads((root / "plots" / "summary" / "seconds.json").read_text())
+    per_seed: dict[str, dict[str, float]] = {}
+    for r in records:
+        if "@" in r["stage"]:
+            per_seed.setdefault(r["stage"].split("@")[1], {})[r["file"]] = r["seconds"]
+    runs = list(per_seed.values())
+    train = [run["train"] for run in runs]
+    parts = {
+        name: mean(sum(run[f.removesuffix(".json")] for f in files) for run in runs)
+        for name, files in EVALUATION.items()
+    }
     evaluation = sum(parts.values())
-    total = recorded_seconds(list(metrics.rglob("*.json"))) or 0.0
-    rest = total - sum(train) - evaluation * len(runs)
+    summary = sum(r["seconds"] for r in records if "@" not in r["stage"])
+    metrics = root / "metrics"  # its runs/ are the per-seed files the record copies
+    files = [f for f in metrics.rglob("*.json") if f.relative_to(metrics).parts[0] != "runs"]
+    rest = (recorded_seconds(files) or 0.0) + summary
+    total = rest + sum(train) + evaluation * len(runs)
     # 45 min = n x train + n x evaluation (= train) + the rest, the reference row scaled alike
-    reference = recorded_seconds(list((metrics / "reference").glob("*.json"))) or 0.0
+    reference = recorded_seconds(list((root / "metrics" / "reference").glob("*.json"))) or 0.0
     fixed = rest - reference
     models = len(runs) + 1  # the trained runs and the untrained reference
     return {
@@ -89,8 +94,8 @@ def table(result: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--metrics", type=Path, default=ROOT / "metrics")
-    print(table(budget(parser.parse_args().metrics)))
+    parser.add_argument("--root", type=Path, default=ROOT, help="a workspace with run results")
+    print(table(budget(parser.parse_args().root)))
 
 
 if __name__ == "__main__":

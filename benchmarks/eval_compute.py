@@ -1,7 +1,7 @@
 """Evaluation's compute against training's, counted: the floor under issue 17's "evaluation
 <= 1.0x training".
 
-    python benchmarks/eval_compute.py     # after make repro: models/simcse-42 and its refinement
+    python benchmarks/eval_compute.py     # after make repro: models/42 and its refinement
     python benchmarks/eval_compute.py --run sscl-43
 
 Runs the pipeline's own code for one trained run (`--run`, default the first method and seed)
@@ -213,13 +213,13 @@ def summarise(counted: Counted, config: PretrainedConfig, run: str, steps: int) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--run", help="method-seed (default: the first of methods and seeds)")
+    parser.add_argument("--run", help="a seed's run folder name (default: the first seed)")
     parser.add_argument("--params", default=str(ROOT / "params.yaml"))
     parser.add_argument("--data", default=ROOT / "data/raw", type=Path)
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("eval_compute.json"))
     args = parser.parse_args()
     params = load_params(args.params)
-    run = args.run or f"{params['methods'][0]}-{params['seeds'][0]}"
+    run = args.run or str(params["seeds"][0])
     counted = Counted()
     install(counted)
     count_evaluation(counted, params, args.data, run)

@@ -9,7 +9,7 @@ length 32, `train.precision`'s autocast, the pipeline's batches) and a bare infe
 distinct sentences batched by token count as `Encoder.encode` batches them, `model.batch_size`
 rows). FLOPs: `eval_compute.gflops` on the shapes, the training step counted by torch. The run's
 FLOPs are one run's training and evaluation from `eval_compute.json`, times the runs of
-params.yaml (methods x seeds); the untrained reference row, start-up, hashing, reading and the
+params.yaml (one run per seed); the untrained reference row, start-up, hashing, reading and the
 transfer classifiers are left out, so every real run takes longer than this floor. Each rate is
 the best of `--rounds`. Writes `benchmarks/floor.json`.
 """
@@ -80,8 +80,7 @@ def forward_rate(params: dict, data: Path, rounds: int) -> float:
 def floor(params: dict, compute: dict, train: float, forward: float) -> dict:
     """Minutes the default run's FLOPs take at the bare rates (training at `train`, evaluation at
     `forward` GFLOP/s), against the target."""
-    methods, seeds = run_plan(params)
-    runs = len(methods) * len(seeds)
+    runs = len(run_plan(params)[1])
     seconds = runs * (compute["training_gflops"] / train + compute["evaluation_gflops"] / forward)
     return {
         "runs": runs,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from sentemb.cli import Parser, run_stage
 from sentemb.config import ConfigError, load_params, section
-from sentemb.data.download import MANIFEST, DataConfig, download
+from sentemb.data.download import MANIFEST, DataConfig, download, repo_path
 from sentemb.io import check_output, read_json, write_json
 from sentemb.tracking import SECONDS, mlflow_run
 
@@ -42,7 +42,7 @@ def main() -> None:
     recorded = read_json(args.recorded) if args.recorded.is_file() else {}
     if not isinstance(recorded, dict):
         raise ConfigError(f"{args.recorded}: expected a mapping of files to sha256s")
-    mirror = (Path(args.params).resolve().parent / config.mirror).resolve()
+    mirror = repo_path(config.mirror, args.params)
     with mlflow_run("download", {"data": params.get("data", {})}) as run:
         manifest = download(config, args.out, mirror, recorded, Path("data/cache"))
         write_json(args.recorded, dict(sorted(recorded.items())))

@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from sentemb.cli import Parser, run_stage
-from sentemb.config import ConfigError, load_params
+from sentemb.config import ConfigError, load_params, section
+from sentemb.data.download import DataConfig, use_nltk_data
 from sentemb.evaluation.encoders import model_names
 from sentemb.evaluation.evaluate import evaluate_model
 from sentemb.evaluation.suites import SUITES, keeping_pairs
@@ -60,6 +61,7 @@ def main() -> None:
     for output in (*outputs.values(), *predictions.values()):  # refused now, not after scoring
         check_output(output)
     params = load_params(args.params)
+    use_nltk_data(section(params, "data", DataConfig), args.params)
     model = model_names(params, args.model)[0]
     tracked = {"model": model, "eval": {s: params.get("eval", {}).get(s, {}) for s in suites}}
     with mlflow_run("evaluate", tracked, run_name=f"evaluate:{model}") as run:

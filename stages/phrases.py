@@ -12,6 +12,7 @@ import logging
 
 from sentemb.cli import Parser, run_stage
 from sentemb.config import load_params, section
+from sentemb.data.download import DataConfig, use_nltk_data
 from sentemb.data.readers import training_corpus
 from sentemb.io import check_output
 from sentemb.phrases import PhrasesConfig, extract
@@ -35,6 +36,7 @@ def main() -> None:
     check_output(args.out, folder=True)  # refused now rather than after the extraction
     check_output(args.metrics)
     params = load_params(args.params)
+    use_nltk_data(section(params, "data", DataConfig), args.params)
     config = section(params, "phrases", PhrasesConfig)
     corpus_name = section(params, "train", TrainConfig).corpus
     total = sum(1 for _ in training_corpus(args.data, corpus_name))

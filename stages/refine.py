@@ -21,6 +21,7 @@ import logging
 
 from sentemb.cli import Parser, run_stage
 from sentemb.config import load_params, section
+from sentemb.data.download import DataConfig, use_nltk_data
 from sentemb.evaluation.encoders import model_names
 from sentemb.io import check_output, write_json
 from sentemb.postprocess import fit_refinements, save_refinement
@@ -51,6 +52,7 @@ def main() -> None:
     for output in (args.metrics, *plots.values()):
         check_output(output)
     params = load_params(args.params)
+    use_nltk_data(section(params, "data", DataConfig), args.params)
     model, chinese_model = model_names(params, args.model)
     corpus = section(params, "train", TrainConfig).corpus
     run_params = {"model": model, "refine": params.get("refine", {})}

@@ -18,13 +18,16 @@ differs.
 from __future__ import annotations
 
 import logging
+import os
 
 from sentemb.cli import Parser, run_stage
-from sentemb.config import load_params
+from sentemb.config import load_params, run_plan, section
+from sentemb.data.download import DataConfig, use_nltk_data
 from sentemb.io import check_folder, check_output, write_json
 from sentemb.report.plots import save, training_curves
 from sentemb.tracking import mlflow_run
-from sentemb.training.run import prepare
+from sentemb.training.config import TrainConfig
+from sentemb.training.run import prepare, torchrun
 
 log = logging.getLogger("train")
 PLOTS = ("dev_curve.json", "loss_curve.json", "train_curves.png")  # written into --plots
@@ -32,7 +35,7 @@ PLOTS = ("dev_curve.json", "loss_curve.json", "train_curves.png")  # written int
 
 def parser() -> Parser:
     parser = Parser(__doc__)
-    parser.add_argument("--method", required=True, help="a name such as simcse or iscse+dclr")
+    parser.add_argument("--method", help="simcse, iscse+dclr, ... (default: params' method)")
     parser.add_argument("--seed", required=True, type=int)
     parser.output("--out", required=True)
     parser.output("--metrics", required=True)
@@ -51,8 +54,13 @@ def main() -> None:
         check_output(output)
     check_folder(args.checkpoints)
     params = load_params(args.params)
-    job = prepare(args.method, args.seed, params, args.data)  # every input checked: no run yet
-    with mlflow_run("train", {}, run_name=f"train:{args.method}") as run:
+    use_nltk_data(section(params, "data", DataConfig), args.params)
+    nproc = section(params, "train", TrainConfig).nproc
+    if nproc > 1 and "WORLD_SIZE" not in os.environ:  # not yet under torchrun
+        torchrun(nproc)
+    method = args.method or run_plan(params)[0]
+    job = prepare(method, args.seed, params, args.data)  # every input checked: no run yet
+    with mlflow_run("train", {}, run_name=f"train:{job.spec}") as run:
         run.log_params(job.run_key)
         result = job.train(args.out, args.checkpoints, on_log=run.log_metrics)
         if result is None:  # not rank 0 under torchrun

@@ -26,7 +26,7 @@ COMMANDS = sorted(
     + [p for p in SRC.glob("*.py") if "__main__" in p.read_text() and p.stem != "progress"]
 )
 # Options that name no path, model or revision: a choice, a number or free text.
-PLAIN = {"help", "suites", "method", "seed", "noise", "language", "sentences"}
+PLAIN = {"help", "suites", "method", "seed", "noise", "language", "sentences", "tasks", "all"}
 PLAIN |= {"command", "targets"}  # remote: passed on to `dvc pull`
 HOSTILE = ["", "   ", "x ", " x", "-x", "--metrics", "a\nb", "a\tb", "a\x00b"]
 

@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from scipy.stats import bootstrap, spearmanr, ttest_rel
 
-from sentemb.config import ConfigError, UserError, load_params, run_plan, section
+from sentemb.config import ConfigError, UserError, load_params, section
 from sentemb.evaluation.suites import SUITES
-from sentemb.report.compare import RECORDS, REFERENCE, Folders, Runs, aggregate, compare, load
+from sentemb.io import leaves, write_json
+from sentemb.report.compare import compare, shared_seeds
+from sentemb.report.runs import (
+    TFIDF,
+    UNTRAINED,
+    Experiment,
+    MissingResults,
+    folder_reader,
+    load,
+)
 from sentemb.report.stats import (
     CompareConfig,
     PairTask,
@@ -25,6 +36,7 @@ from sentemb.report.stats import (
     seed_test,
     spearman_rows,
 )
+from sentemb.report.summary import aggregate, headline, summarize
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -158,17 +170,7 @@ def test_density_bins_by_gold_score() -> None:
     assert bins["0-1"].tolist() == [0.1, 0.2] and bins["1-5"].tolist() == [0.3, 0.4, 0.5]
 
 
-def test_run_plan_and_config_errors_name_the_param() -> None:
-    assert run_plan({"methods": ["simcse", "sscl"], "seeds": [1, 2]}) == (
-        ["simcse", "sscl"],
-        [1, 2],
-    )
-    with pytest.raises(ConfigError, match="methods: expected a non-empty list"):
-        run_plan({"methods": "dclr", "seeds": [1]})
-    with pytest.raises(ConfigError, match=r"seeds: \[1, 1\] lists a value twice"):
-        run_plan({"methods": ["dclr"], "seeds": [1, 1]})
-    with pytest.raises(ConfigError, match=r"seeds: expected integers in \[0, 2\*\*32\)"):
-        run_plan({"methods": ["dclr"], "seeds": [-1]})
+def test_compare_config_errors_name_the_param() -> None:
     with pytest.raises(ConfigError, match=r"compare\.confidence"):
         section({"compare": {"confidence": 95}}, "compare", CompareConfig)
     for noise, message in ((-0.01, "must be >= 0"), (float("inf"), "expected a finite number")):
@@ -178,75 +180,51 @@ def test_run_plan_and_config_errors_name_the_param() -> None:
         section({"compare": {"noise": "small"}}, "compare", CompareConfig)
 
 
-def fake_runs(methods: list[str], seeds: list[int]) -> Runs:
-    """Runs in memory: two STS tasks (STS12 of two subsets, STS-B) and one Chinese set, scores
-    computed from synthetic predictions, each method noisier than the one before it."""
-    params = load_params(REPO / "params.yaml")
-    params.update(methods=methods, seeds=seeds)
-    params["compare"]["resamples"] = 50
-    sets = {"sts": {"STS12/a": 30, "STS12/b": 20, "STSBenchmark": 40}, "chinese": {"ATEC": 30}}
-    rng = np.random.default_rng(0)
-    files: dict[str, list[dict]] = {m: [] for m in methods}
-    predictions: dict[str, dict[str, list[dict]]] = {s: {m: [] for m in methods} for s in sets}
-    for noise, method in enumerate(methods, start=1):
-        for _ in seeds:
-            run: dict = {s: {"avg": 50.0} for s in SUITES}
-            for suite, sizes in sets.items():
-                arrays = {}
-                for name, size in sizes.items():
-                    arrays[f"{name}/gold"] = np.random.default_rng(size).uniform(0, 5, size)
-                    arrays[f"{name}/predicted"] = arrays[f"{name}/gold"] / 5 + rng.normal(
-                        0, noise / 10, size
-                    )
-                predictions[suite][method].append(arrays)
-                tasks = pair_tasks({method: [arrays]})
-                run[suite] = {
-                    t: 100 * spearmanr(task.predicted[method][0], task.gold).statistic
-                    for t, task in tasks.items()
-                }
-                run[suite]["avg"] = float(np.mean(list(run[suite].values())))
-            run["sts"]["repal"] = {"avg": run["sts"]["avg"] + 1}
-            run["train"] = {"sentences": 100}
-            run["refine"] = {"fit_on": "corpus"}
-            run["analysis"] = {
-                "alignment": 0.1 * noise,
-                "uniformity": -2.0 - noise,
-                "inter_layer": [0.9, 0.8],
-                "token_wise": [0.1, 0.2, 0.3],
-            }
-            files[method].append(run)
-    curves = {
-        m: {"loss": [{"step": 1, "loss": 1.0}], "dev": [{"step": 1, "dev": 80.0}]} for m in methods
-    }
-    singles = {REFERENCE: {s: {"avg": 40.0} for s in SUITES}}
-    before = {"alignment": 0.05, "uniformity": -1.5, "inter_layer": [1, 1], "token_wise": [0, 0, 0]}
-    return Runs(params, files, predictions, curves, singles, before)
-
-
-def test_compare_aggregates_tests_and_plots_in_memory(tmp_path: Path) -> None:
-    runs = fake_runs(["simcse", "sscl"], [1, 2])
-    comparison = compare(runs, tmp_path)
-    result = comparison.result
-    assert result["baseline"] == "simcse" and result["seeds"] == [1, 2]
-    assert set(result["methods"]["sscl"]) == {
-        "sts",
-        "sts/repal",
-        "transfer",
-        "chinese",
-        "retrieval",
-    }
-    assert result["methods"]["sscl"]["sts"]["avg"]["n"] == 2
-    sts = result["paired"]["sscl"]["sts"]
-    assert set(sts) == {"STS12", "STSBenchmark", "avg"}
-    assert sts["avg"]["high"] < 0 and sts["avg"]["significant"]  # noisier, clearly worse
-    assert "| sscl + RepAL |" in comparison.text and "## Against simcse" in comparison.text
+def test_summary_aggregates_the_seeds_and_plots_in_memory(tmp_path: Path) -> None:
+    experiment = fake_experiment("sscl", [1, 2], 2)
+    summary = summarize(experiment, tmp_path)
+    trained = summary.headline["trained"]
+    assert set(trained) == {"sts", "sts/repal", "transfer", "chinese", "retrieval"}
+    assert set(trained["sts"]["avg"]) == {"mean", "std"}  # plain rows: mean and std per column
+    assert set(trained["sts/repal"]["avg"]) == {"mean", "std"}  # a refinement: its avg's both
+    assert summary.headline["untrained"]["sts"] == {"avg": 40.0}
+    assert "| sscl + RepAL |" in summary.text and "## Per seed" in summary.text
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "alignment_uniformity.json",
         "alignment_uniformity.png",
         "cosine_density.png",
         "layers.png",
+        "scores.json",
         "training.png",
     ]
+    records = json.loads((tmp_path / "scores.json").read_text())
+    assert {"seed": 2, "file": "analysis", "key": "token_wise[2]", "score": 0.3} in records
+    assert all(r["key"] != "seconds" for r in records)
+
+
+def test_headline_of_a_full_run_keeps_a_diff_short() -> None:
+    """On a method switch every trained number changes: with every task scored offline, the
+    headline holds 84 of them (`dvc metrics diff` rows)."""
+    columns = {
+        s: [c for c in d.columns if not c.startswith(("QQP/", "AskUbuntu/"))]
+        for s, d in SUITES.items()
+    }
+    files = [
+        {
+            **{s: {c: 50.0 + i for c in columns[s]} for s in SUITES},
+            **{
+                s: {c: 50.0 + i for c in columns[s]}
+                | {
+                    "repal": {c: 1.0 + i for c in columns[s]},
+                    "whitening": {c: 2.0 for c in columns[s]},
+                }
+                for s in ("sts", "chinese")
+            },
+        }
+        for i in range(3)
+    ]
+    experiment = Experiment("x", {}, "x", [1, 2, 3], files, {}, {}, {}, {})
+    assert len(list(leaves(headline(experiment)["trained"]))) == 84
 
 
 def test_aggregate_keeps_a_refinement_only_where_every_seed_has_it() -> None:
@@ -259,34 +237,106 @@ def test_aggregate_keeps_a_refinement_only_where_every_seed_has_it() -> None:
 
 
 def test_load_names_the_first_missing_file(tmp_path: Path) -> None:
-    params = {"methods": ["simcse"], "seeds": [1]}
-    folders = Folders(*(tmp_path / name for name in ("runs", "p", "c", "ref", "tfidf")))
-    with pytest.raises(ConfigError, match=r"runs/simcse-1/sts\.json: not found; `dvc repro`"):
-        load(params, folders)
-    for folder, names in (
-        (folders.runs / "simcse-1", [*SUITES, *RECORDS]),
-        (folders.reference, SUITES),
-        (folders.tfidf, SUITES),
-    ):
-        folder.mkdir(parents=True)
-        for name in names:
-            (folder / f"{name}.json").write_text("{}")
-    with pytest.raises(ConfigError, match=r"p/simcse-1/sts\.npz: not found; `dvc repro`"):
-        load(params, folders)
-    (folders.runs / "simcse-1" / "sts.json").write_text('{"avg": 7')  # cut short
-    with pytest.raises(UserError, match=r"runs/simcse-1/sts\.json: not valid JSON \(Expecting"):
-        load(params, folders)
+    write_experiment(tmp_path, fake_experiment("simcse", [1], 1))
+    (tmp_path / "predictions" / "1" / "sts.npz").unlink()
+    with pytest.raises(MissingResults, match=r"predictions/1/sts\.npz: not found; `dvc repro`"):
+        load(folder_reader(tmp_path))
+    (tmp_path / "metrics" / "runs" / "1" / "sts.json").write_text('{"avg": 7')  # cut short
+    with pytest.raises(UserError, match=r"runs/1/sts\.json: not valid JSON \(Expecting"):
+        load(folder_reader(tmp_path))
 
 
-def test_a_task_missing_from_one_run_is_named_with_its_file(tmp_path: Path) -> None:
-    runs = fake_runs(["simcse", "sscl"], [1, 2])
-    runs.files["sscl"][1]["sts"].pop("STS12")
-    with pytest.raises(ConfigError, match=r"runs/sscl-2/sts\.json: sscl seed 2 .*missing: STS12;"):
-        compare(runs, tmp_path)
-    predictions = runs.predictions["sts"]["sscl"]
+def test_a_task_missing_from_one_seed_is_named_with_its_file(tmp_path: Path) -> None:
+    experiment = fake_experiment("sscl", [1, 2], 2)
+    experiment.files[1]["sts"].pop("STS12")
+    with pytest.raises(ConfigError, match=r"runs/2/sts\.json: seed 2 .*missing: STS12;"):
+        summarize(experiment, tmp_path)
+    experiment = fake_experiment("sscl", [1, 2], 2)
+    predictions = experiment.predictions["sts"]
     predictions[1] = {k: v for k, v in predictions[1].items() if not k.startswith("STS12/")}
-    with pytest.raises(
-        ConfigError, match=r"predictions/sscl-2/sts\.npz: sscl seed 2 .*missing: STS12;"
-    ):
-        compare(runs, tmp_path)
+    with pytest.raises(ConfigError, match=r"predictions/2/sts\.npz: seed 2 .*missing: STS12;"):
+        summarize(experiment, tmp_path)
     assert not any(tmp_path.iterdir())  # refused before any plot
+
+
+def test_experiments_are_tested_on_their_shared_seeds_and_pairs() -> None:
+    """Against a baseline: the noisier experiment is clearly worse by the bootstrap; seeds pair
+    by value (here 2 and 3); a refinement is tested over seeds alone; other pairs refuse."""
+    config = CompareConfig(resamples=200)
+    baseline = fake_experiment("simcse", [1, 2, 3], 1)
+    noisier = fake_experiment("sscl", [2, 3, 4], 3)
+    results = compare({"a": baseline, "b": noisier}, "a", config)["b"]
+    sts = results["sts"]
+    assert set(sts) == {"STS12", "STSBenchmark", "avg"}
+    assert sts["avg"]["high"] < 0 and sts["avg"]["significant"]
+    assert results["sts/repal"]["avg"]["low"] is None and results["sts/repal"]["avg"]["p_seeds"]
+    shared = shared_seeds({"a": baseline, "b": noisier})
+    assert shared["a"].seeds == shared["b"].seeds == [2, 3]
+    with pytest.raises(ConfigError, match=r"seeds: the experiments share no seed"):
+        shared_seeds({"a": baseline, "b": fake_experiment("sscl", [7], 2)})
+    other = fake_experiment("sscl", [2, 3], 2, sizes=10)
+    with pytest.raises(ConfigError, match=r"b: its sts test pairs differ from a's"):
+        compare({"a": baseline, "b": other}, "a", config)
+
+
+def fake_experiment(method: str, seeds: list[int], noise: int, sizes: int = 0) -> Experiment:
+    """An experiment in memory: two STS tasks (STS12 of two subsets, STS-B) and one Chinese
+    set, scores computed from synthetic predictions with noise `noise / 10` (`sizes` adds pairs
+    to every set: other test pairs)."""
+    params = load_params(REPO / "params.yaml")
+    params.update(method=method, seeds=seeds)
+    params["compare"]["resamples"] = 50
+    sets = {"sts": {"STS12/a": 30, "STS12/b": 20, "STSBenchmark": 40}, "chinese": {"ATEC": 30}}
+    files: list[dict] = []
+    predictions: dict[str, list[dict]] = {s: [] for s in sets}
+    for seed in seeds:
+        rng = np.random.default_rng(seed)
+        run: dict = {s: {"avg": 50.0} for s in SUITES}
+        for suite, set_sizes in sets.items():
+            arrays = {}
+            for name, size in set_sizes.items():
+                gold = np.random.default_rng(size).uniform(0, 5, size + sizes)
+                arrays[f"{name}/gold"] = gold
+                arrays[f"{name}/predicted"] = gold / 5 + rng.normal(0, noise / 10, size + sizes)
+            predictions[suite].append(arrays)
+            tasks = pair_tasks({method: [arrays]})
+            run[suite] = {
+                t: 100 * spearmanr(task.predicted[method][0], task.gold).statistic
+                for t, task in tasks.items()
+            }
+            run[suite]["avg"] = float(np.mean(list(run[suite].values())))
+        run["sts"]["repal"] = {"avg": run["sts"]["avg"] + seed % 2}
+        run["train"] = {"sentences": 100, "seconds": 1.0}
+        run["refine"] = {"fit_on": "corpus"}
+        run["analysis"] = {
+            "alignment": 0.1 * noise,
+            "uniformity": -2.0 - noise,
+            "inter_layer": [0.9, 0.8],
+            "token_wise": [0.1, 0.2, 0.3],
+        }
+        files.append(run)
+    curves = {"loss": [{"step": 1, "loss": 1.0}], "dev": [{"step": 1, "dev": 80.0}]}
+    singles = {row: {s: {"avg": 40.0} for s in SUITES} for row in (UNTRAINED, TFIDF)}
+    before = {"alignment": 0.05, "uniformity": -1.5, "inter_layer": [1, 1], "token_wise": [0, 0, 0]}
+    return Experiment(method, params, method, seeds, files, predictions, curves, singles, before)
+
+
+def write_experiment(root: Path, experiment: Experiment) -> None:
+    """`experiment` as the pipeline lays it out under `root` (params.yaml included)."""
+    (root / "params.yaml").write_text(yaml.safe_dump(experiment.params, sort_keys=False))
+    for seed, files in zip(experiment.seeds, experiment.files, strict=True):
+        for name, metrics in files.items():
+            write_json(root / "metrics" / "runs" / str(seed) / f"{name}.json", metrics)
+        for kind in ("loss", "dev"):
+            write_json(
+                root / "plots" / "runs" / str(seed) / f"{kind}_curve.json", experiment.curves[kind]
+            )
+    for suite, per_seed in experiment.predictions.items():
+        for seed, arrays in zip(experiment.seeds, per_seed, strict=True):
+            folder = root / "predictions" / str(seed)
+            folder.mkdir(parents=True, exist_ok=True)
+            np.savez(folder / f"{suite}.npz", **arrays)
+    for row, folder in ((UNTRAINED, "reference"), (TFIDF, "tfidf")):
+        for suite, metrics in experiment.singles[row].items():
+            write_json(root / "metrics" / folder / f"{suite}.json", metrics)
+    write_json(root / "metrics" / "reference" / "analysis.json", experiment.before)

@@ -121,23 +121,30 @@ def test_a_section_that_is_not_a_mapping_is_refused(tmp_path: Path, value: objec
 
 
 @pytest.mark.parametrize(
-    ("methods", "seeds", "message"),
+    ("method", "seeds", "message"),
     [
-        (["simcse", "simsce"], [1], r"^methods\[1\]: method: 'simsce' must join distinct known"),
-        (["simcse", "iscse+"], [1], r"^methods\[1\]: method: 'iscse\+' must join"),
-        (["iscse+dclr", "dclr + iscse"], [1], r"^methods: .* lists a value twice"),
-        (["simcse"], [2**32], r"^seeds: expected integers in \[0, 2\*\*32\)"),
+        ("simsce", [1], r"^method: 'simsce' must join distinct known methods"),
+        ("iscse+", [1], r"^method: 'iscse\+' must join"),
+        ("dclr + dclr", [1], r"^method: 'dclr \+ dclr' must join distinct"),
+        ("", [1], r"^method: '' must join"),
+        (["simcse", "dclr"], [1], r"^method: one experiment is one method.*method=simcse,dclr$"),
+        (None, [1], r"^method: expected a method name or a '\+' join"),
+        ("simcse", [2**32], r"^seeds: expected integers in \[0, 2\*\*32\)"),
+        ("simcse", [1, 1], r"^seeds: \[1, 1\] lists a seed twice"),
+        ("simcse", [], r"^seeds: expected a non-empty list"),
+        ("simcse", 42, r"^seeds: expected a non-empty list .* -S 'seeds=\[42\]'"),
     ],
 )
-def test_run_plan_reads_every_method_before_any_run(
-    methods: list, seeds: list, message: str
+def test_run_plan_is_one_method_and_distinct_seeds(
+    method: object, seeds: object, message: str
 ) -> None:
-    """A typo in the second method failed only when its own train stage ran, after the first
-    method's whole chain; the same parts in another order are the same method."""
+    """The experiment's method is one spec, read where every stage reads it; its canonical form
+    joins the parts with '+' without spaces (what DVC, MLflow and the reports show)."""
     with pytest.raises(ConfigError, match=message):
-        run_plan({"methods": methods, "seeds": seeds})
-    assert (
-        run_plan({"methods": ["simcse", "iscse+dclr"], "seeds": [0, 2**32 - 1]})[1][1] == 2**32 - 1
+        run_plan({"method": method, "seeds": seeds})
+    assert run_plan({"method": " iscse + dclr", "seeds": [0, 2**32 - 1]}) == (
+        "iscse+dclr",
+        [0, 2**32 - 1],
     )
 
 
@@ -319,7 +326,7 @@ def test_every_numeric_param_outside_its_range_is_one_error_naming_it(
     [
         ({"simsce": {"temperature": 0.1}}, r"\['simsce'\] \(did you mean 'simcse'\?\)"),
         ({"Model": {"pooler": "mean"}}, r"\['Model'\] \(did you mean 'model'\?\)"),
-        ({"method": "simcse"}, r"\['method'\] \(did you mean 'methods'\?\)"),
+        ({"methods": ["simcse"]}, r"\['methods'\] \(did you mean 'method'\?\)"),
         ({"zzz": 1, "trian": {}}, r"\['trian', 'zzz'\] \(did you mean 'train' for 'trian'\?\)"),
         ({7: "x"}, r"\['7'\];"),
     ],
@@ -348,7 +355,7 @@ def test_unknown_eval_section_is_refused(tmp_path: Path) -> None:
 
 STAGE_ARGS = {
     "analyze.py": ["--out", "analysis.json"],
-    "compare.py": [],
+    "summary.py": [],
     "download.py": [],
     "evaluate.py": ["--suites", "sts", "--out-dir", "out"],
     "phrases.py": [],
@@ -380,7 +387,7 @@ def test_stage_refuses_a_misspelled_section(stage: str, tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     error = done.stderr.strip().splitlines()[-1]
     assert error.startswith("error: params.yaml: unknown top-level key(s) ['simsce'] ")
-    assert "(did you mean 'simcse'?); known keys are ['methods', " in error
+    assert "(did you mean 'simcse'?); known keys are ['method', " in error
     assert sorted(tmp_path.rglob("*")) == before
 
 

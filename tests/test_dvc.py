@@ -81,13 +81,13 @@ def test_push_then_pull_in_fresh_clone(tmp_path: Path, mirror: Path) -> None:
     assert "changed" not in status and "deleted" not in status
 
 
-STAGE = "train@simcse-1"
+STAGE = "train@1"
 RUN_FILES = (
-    "metrics/runs/simcse-1/train.json",
-    "plots/runs/simcse-1/loss_curve.json",
-    "plots/runs/simcse-1/dev_curve.json",
-    "models/simcse-1/model.safetensors",
-    "models/simcse-1/README.md",
+    "metrics/runs/1/train.json",
+    "plots/runs/1/loss_curve.json",
+    "plots/runs/1/dev_curve.json",
+    "models/1/model.safetensors",
+    "models/1/README.md",
 )
 SECONDS_LINE = re.compile(rb'\n *"seconds": [0-9.]+')  # the stage's wall time: never identical
 
@@ -107,7 +107,7 @@ def prepared(tmp_path_factory: pytest.TempPathFactory, mirror: Path, tiny_model_
     params = read_yaml(clone / "params.yaml")
     params["data"].update(mirror=str(mirror), corpus_size=500, datasets=["wiki1m", "STSBenchmark"])
     params["model"]["name_or_path"] = str(tiny_model_dir)
-    params.update(methods=["simcse"], seeds=[1])
+    params.update(method="simcse", seeds=[1])
     params["train"].update(batch_size=16, max_steps=6, eval_steps=2, checkpoint_steps=1)
     (clone / "params.yaml").write_text(yaml.safe_dump(params))
     run([*DVC, "repro", "phrases"], clone, env)
@@ -115,7 +115,7 @@ def prepared(tmp_path_factory: pytest.TempPathFactory, mirror: Path, tiny_model_
 
 
 def last_step(clone: Path) -> int:
-    found = glob.glob(str(clone / "checkpoints/simcse-1/*/last/state.json"))
+    found = glob.glob(str(clone / "checkpoints/1/*/last/state.json"))
     return json.loads(Path(found[0]).read_text())["step"] if found else 0
 
 
@@ -165,8 +165,6 @@ def test_dvc_repro_resumes_training_killed_with_sigkill(
 WRITER = """
 import os, signal
 from pathlib import Path
-from sentemb.config import read_yaml
-from sentemb.config import read_yaml
 from sentemb.io import atomic_path
 with atomic_path("out.json") as tmp:
     tmp.write_text('{"half": ')
@@ -206,6 +204,9 @@ if os.environ.get("FAKE_FAIL"):
 if os.environ.get("FAKE_HANG"):
     Path(os.environ["FAKE_HANG"]).touch()
     time.sleep(600)
+if os.environ.get("FAKE_LOG"):
+    with open(os.environ["FAKE_LOG"], "a") as log:
+        print(*sys.argv[1:], file=log)
 for out in map(Path, sys.argv[1:]):
     out.parent.mkdir(parents=True, exist_ok=True)
     if not out.suffix:
@@ -239,7 +240,7 @@ def fake_pipeline(folder: Path, env: dict[str, str]) -> None:
         code = ("src/", "stages/")
         stage["deps"] = ["fake.py", *(d for d in stage["deps"] if not d.startswith(code))]
     params = read_yaml(REPO / "params.yaml")
-    params.update(methods=["simcse"], seeds=[1])
+    params.update(method="simcse", seeds=[1])
     run(["git", "init", "-q"], folder, env)
     run([*DVC, "init", "-q"], folder, env)
     (folder / "dvc.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
@@ -254,14 +255,20 @@ def git_changes(folder: Path, env: dict[str, str]) -> list[str]:
     return run(["git", "status", "--porcelain"], folder, env).splitlines()
 
 
+def restore(repo: Path, env: dict[str, str]) -> None:
+    """What a user runs to get the committed outputs back: git's, then DVC's."""
+    run(["git", "checkout", "--", "."], repo, env)
+    run([*DVC, "checkout"], repo, env)
+
+
 @pytest.mark.slow
 @pytest.mark.usefixtures("terminal_sigint")
-def test_interrupted_or_failed_stage_keeps_committed_outputs(tmp_path: Path) -> None:
-    """Ctrl-C (SIGINT to dvc and the stage, as a terminal sends it) during `train`, and every
-    stage of dvc.yaml failing in turn, leave every output as it was: DVC removes a stage's
-    outputs before running it unless they are `persist: true`. `dvc status` lists only the
-    interrupted stage; `dvc repro --dry` (which fails on a deleted model folder a later stage
-    reads), `dvc metrics show` and `dvc plots show` work afterwards."""
+def test_interrupted_or_failed_stage_is_restored_from_git_and_the_cache(tmp_path: Path) -> None:
+    """Every stage failing in turn, and Ctrl-C (SIGINT to dvc and the stage, as a terminal
+    sends it) during `train`: DVC removed each stage's outputs before running it (what lets its
+    run cache restore them later), `dvc status` lists the stage, and `git checkout` with
+    `dvc checkout` bring every committed output back; `dvc repro --dry`, `dvc metrics show` and
+    `dvc plots show` work afterwards."""
     env = {**dvc_env(tmp_path), "FAKE_RUN": "new"}
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -275,9 +282,11 @@ def test_interrupted_or_failed_stage_keeps_committed_outputs(tmp_path: Path) -> 
         text=True,
     )
     stages = run([*DVC, "stage", "list", "--name-only"], repo, env).split()
-    assert "compare" in stages and failed.stderr.count("exited with 1") == len(stages)
+    assert "summary" in stages and failed.stderr.count("exited with 1") == len(stages)
+    assert "train@1" in run([*DVC, "status"], repo, env)
+    restore(repo, env)
     assert git_changes(repo, env) == []
-    assert "up to date" in run([*DVC, "status"], repo, env)  # the cached outputs are kept too
+    assert "up to date" in run([*DVC, "status"], repo, env)
 
     params = read_yaml(repo / "params.yaml")
     params["simcse"]["temperature"] = 0.1  # a param only `train` reads
@@ -297,28 +306,28 @@ def test_interrupted_or_failed_stage_keeps_committed_outputs(tmp_path: Path) -> 
     assert started.exists(), "the train stage did not start"
     os.killpg(job.pid, signal.SIGINT)
     assert job.wait(timeout=60) != 0
-    assert git_changes(repo, env) == [" M params.yaml"]
-    assert "Running stage 'train@simcse-1'" in run([*DVC, "repro", "--dry"], repo, env)
-    assert "metrics/runs/simcse-1/train.json" in run([*DVC, "metrics", "show"], repo, env)
+    assert "train@1" in yaml.safe_load(run([*DVC, "status", "--json"], repo, env))
+    restore(repo, env)  # params.yaml too: the committed run is back
+    assert git_changes(repo, env) == []
+    assert "Running stage" not in run([*DVC, "repro", "--dry"], repo, env)
+    assert "metrics/summary.json" in run([*DVC, "metrics", "show"], repo, env)
     run([*DVC, "plots", "show"], repo, env)
-    status = yaml.safe_load(run([*DVC, "status", "--json"], repo, env))
-    assert list(status) == ["train@simcse-1"]
-    assert (repo / "models/simcse-1/weights").read_text() == "committed"
+    assert (repo / "models/1/weights").read_text() == "committed"
 
 
-def test_every_output_persists() -> None:
-    """Each output of dvc.yaml is `persist: true`, so `dvc repro` does not delete it before the
-    stage has written its new one (every stage writes each output atomically: io.atomic_path).
-    A git-tracked one (`cache: false`) could not be restored from DVC's cache at all."""
-    spec = yaml.safe_load((REPO / "dvc.yaml").read_text())
-    removed = [
-        f"{name}: {next(iter(out)) if isinstance(out, dict) else out}"
-        for name, entry in spec["stages"].items()
-        for kind in ("outs", "metrics", "plots")
-        for out in entry.get("do", entry).get(kind, [])
-        if not (isinstance(out, dict) and next(iter(out.values())).get("persist"))
-    ]
-    assert not removed, f"outputs that `dvc repro` deletes before the stage runs: {removed}"
+def test_every_stage_can_be_restored_from_the_run_cache() -> None:
+    """No output is `persist: true`: DVC's run cache skips a stage with one, and switching an
+    experiment back (`-S method=simcse`) must restore every stage instead of computing it."""
+    from dvc.repo import Repo
+
+    with Repo(str(REPO)) as repo:
+        persisting = [
+            f"{stage.addressing}: {out.def_path}"
+            for stage in repo.index.stages
+            for out in stage.outs
+            if out.persist
+        ]
+    assert not persisting, f"outputs that keep their stage out of the run cache: {persisting}"
 
 
 MAKE = ["make", "-s", "-f", str(REPO / "Makefile"), "-o", ".venv/.installed"]
@@ -382,6 +391,54 @@ def test_make_repro_pulls_what_a_configured_remote_holds(pushed: Path, tmp_path:
     assert failed.returncode == 0
     assert "warning: dvc pull failed" in failed.stderr
     assert (pulled / "out.txt").read_text() == "mine\n"
+
+
+@pytest.mark.slow
+def test_switching_the_method_back_recomputes_nothing(tmp_path: Path) -> None:
+    """`dvc exp run -S method=dclr` runs the chains of the new method; `-S method=simcse` then
+    runs no stage at all: DVC's run cache restores every output of the committed run."""
+    env = {**dvc_env(tmp_path), "FAKE_RUN": "exp"}
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    fake_pipeline(repo, env)
+    committed = {p: p.read_bytes() for p in (repo / "metrics").rglob("*.json")}
+    env["FAKE_LOG"] = str(tmp_path / "ran.log")
+    run([*DVC, "exp", "run", "-S", "method=iscse+dclr"], repo, env)
+    ran = (tmp_path / "ran.log").read_text().splitlines()
+    assert len(ran) == 5  # train, refine, evaluate and analyze of seed 1, and the summary
+    run([*DVC, "exp", "run", "-S", "method=simcse"], repo, env)
+    assert (tmp_path / "ran.log").read_text().splitlines() == ran  # nothing ran again
+    assert {p: p.read_bytes() for p in (repo / "metrics").rglob("*.json")} == committed
+
+
+def resolved(folder: Path, method: str) -> tuple[list[str], list[str], list[str]]:
+    """The metrics paths, plots paths and commands DVC resolves from this dvc.yaml with
+    `method` in params.yaml."""
+    from dvc.repo import Repo
+
+    folder.mkdir()
+    shutil.copy(REPO / "dvc.yaml", folder)
+    params = read_yaml(REPO / "params.yaml") | {"method": method}
+    (folder / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    with Repo.init(str(folder), no_scm=True) as repo:
+        stages = repo.index.stages
+        paths = [(o.def_path, o.metric, o.plot) for stage in stages for o in stage.outs]
+        commands = sorted(stage.cmd for stage in stages)
+    return (
+        sorted(path for path, metric, _ in paths if metric),
+        sorted(path for path, _, plot in paths if plot),
+        commands,
+    )
+
+
+@pytest.mark.parametrize("method", ["iscse+dclr", "simcse + iscse", "paser"])
+def test_no_path_or_command_depends_on_the_method(tmp_path: Path, method: str) -> None:
+    """A method switch changes the numbers of the same files, so `dvc metrics diff` and `dvc exp
+    show` compare methods column by column; the method never reaches a command line, so any
+    spec `parse_spec` accepts (spaces too) runs as the stages read it from params.yaml."""
+    simcse = resolved(tmp_path / "simcse", "simcse")
+    assert resolved(tmp_path / "other", method) == simcse
+    assert simcse[0] == ["metrics/summary.json"]  # the headline, alone
 
 
 UNREACHABLE_REMOTES = [

@@ -15,19 +15,19 @@ import yaml
 from sentemb.metrics_diff import Change, changes, is_score, label, table
 
 DIFF = {
-    "metrics/runs/simcse-1/sts.json": {
+    "metrics/runs/1/sts.json": {
         "avg": {"old": 76.3217, "new": 76.3251, "diff": 0.0034},
         "repal.avg": {"old": 76.9, "new": 76.84, "diff": -0.06},
         "STS12": {"old": None, "new": 70.1},
     },
-    "metrics/runs/simcse-1/train.json": {
+    "metrics/runs/1/train.json": {
         "best_dev": {"old": 84.3456, "new": 84.3439, "diff": -0.0017},
         "final_loss": {"old": 0.0037, "new": 0.0036, "diff": -0.0001},
         "method": {"old": "simcse", "new": "sscl"},
     },
-    "metrics/compare.json": {
-        "methods.simcse.sts.avg.mean": {"old": 76.32, "new": 76.325, "diff": 0.005},
-        "analysis.simcse.alignment.mean": {"old": 0.151, "new": 0.152, "diff": 0.001},
+    "metrics/summary.json": {
+        "trained.sts.avg.mean": {"old": 76.32, "new": 76.325, "diff": 0.005},
+        "trained.sts.avg.std": {"old": 0.151, "new": 0.152, "diff": 0.001},
     },
 }
 
@@ -40,8 +40,8 @@ def test_only_scores_below_the_noise_are_noise() -> None:
         ("sts.json", "STS12"),
         ("train.json", "best_dev"),
         ("train.json", "final_loss"),
-        ("compare.json", "methods.simcse.sts.avg.mean"),
-        ("compare.json", "analysis.simcse.alignment.mean"),
+        ("summary.json", "trained.sts.avg.mean"),
+        ("summary.json", "trained.sts.avg.std"),
     ]  # the string `method` is not a metric to compare
     assert [label(r, 0.01) for r in rows] == ["noise", "", "", "noise", "", "noise", ""]
     assert [label(r, 0.001) for r in rows] == [""] * 7
@@ -60,9 +60,9 @@ def test_only_scores_below_the_noise_are_noise() -> None:
         ("metrics/runs/a-1/train.json", "steps", False),
         ("metrics/runs/a-1/train.json", "initial_dev", True),  # the untrained model's dev
         ("metrics/runs/a-1/analysis.json", "uniformity", False),
-        ("metrics/compare.json", "paired.sscl.sts.avg.difference", True),
-        ("metrics/compare.json", "paired.sscl.sts.avg.p_seeds", False),
-        ("metrics/compare.json", "methods.sscl.sts.avg.n", False),
+        ("metrics/summary.json", "trained.sts/repal.STS12.mean", True),
+        ("metrics/summary.json", "trained.chinese.avg.std", False),  # a spread, not a score
+        ("metrics/summary.json", "tfidf.retrieval.avg", True),
         ("metrics/phrases.json", "phrases", False),
         ("metrics/runs/a-1/sts.json", "seconds", False),  # the stage's wall time
     ],
@@ -75,8 +75,8 @@ def test_table_is_dvcs_with_a_note_column() -> None:
     text = table(changes(DIFF), 0.01, "HEAD", "workspace")
     lines = text.splitlines()
     assert lines[0] == "| Path | Metric | HEAD | workspace | Change | Note |"
-    assert "| metrics/runs/simcse-1/sts.json | avg | 76.3217 | 76.3251 | +0.0034 | noise |" in lines
-    assert "| metrics/runs/simcse-1/sts.json | STS12 | - | 70.1 | - |  |" in lines
+    assert "| metrics/runs/1/sts.json | avg | 76.3217 | 76.3251 | +0.0034 | noise |" in lines
+    assert "| metrics/runs/1/sts.json | STS12 | - | 70.1 | - |  |" in lines
     assert lines[-1] == (
         "7 metric(s) changed; 3 of the 4 changed score(s) moved by less than 0.01 points"
         " (`compare.noise`): noise"
@@ -92,40 +92,51 @@ def metrics_diff(repo: Path, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_metrics_diff_in_a_git_and_dvc_repo(tmp_path: Path) -> None:
+    """The headline through `dvc metrics diff`; `--all` every committed number, the per-seed
+    records of plots/summary/scores.json under their seed's file; errors in one line."""
+
     def git(*args: str) -> None:
         subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path)
 
     git("init", "-q")
     subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=tmp_path, check=True)
-    runs = tmp_path / "metrics/runs/simcse-1"
-    runs.mkdir(parents=True)
-    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"metrics": ["metrics/runs"]}))
+    summary, scores = tmp_path / "metrics/summary.json", tmp_path / "plots/summary/scores.json"
+    scores.parent.mkdir(parents=True)
+    summary.parent.mkdir(parents=True)
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"metrics": ["metrics/summary.json"]}))
     (tmp_path / "params.yaml").write_text("compare:\n  noise: 0.01\n")
-    (runs / "sts.json").write_text(json.dumps({"avg": 76.3217, "STS12": 70.0}))
-    (runs / "train.json").write_text(json.dumps({"best_dev": 84.3456, "final_loss": 0.0037}))
+
+    def write(avg: float, std: float, stsb: float, steps: int) -> None:
+        summary.write_text(json.dumps({"trained": {"sts": {"avg": {"mean": avg, "std": std}}}}))
+        records = [
+            {"seed": 1, "file": "sts", "key": "STSBenchmark", "score": stsb},
+            {"seed": 1, "file": "train", "key": "steps", "score": steps},
+        ]
+        scores.write_text(json.dumps(records))
+
+    write(76.3217, 0.1, 80.0, 10)
     git("add", "-A")
     git("commit", "-qm", "first")
-    (runs / "sts.json").write_text(json.dumps({"avg": 76.3251, "STS12": 70.5}))
-    (runs / "train.json").write_text(json.dumps({"best_dev": 84.3439, "final_loss": 0.0036}))
+    write(76.3251, 0.2, 80.5, 10)
 
     result = metrics_diff(tmp_path)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert "| metrics/runs/simcse-1/sts.json | avg | 76.3217 | 76.3251 | +0.0034 | noise |" in lines
-    assert "| metrics/runs/simcse-1/sts.json | STS12 | 70.0 | 70.5 | +0.5 |  |" in lines
-    assert (
-        "| metrics/runs/simcse-1/train.json | best_dev | 84.3456 | 84.3439 | -0.0017 | noise |"
-        in lines
-    )
-    assert (
-        "| metrics/runs/simcse-1/train.json | final_loss | 0.0037 | 0.0036 | -0.0001 |  |" in lines
-    )
+    path = "metrics/summary.json"
+    assert f"| {path} | trained.sts.avg.mean | 76.3217 | 76.3251 | +0.0034 | noise |" in lines
+    assert f"| {path} | trained.sts.avg.std | 0.1 | 0.2 | +0.1 |  |" in lines
+    assert "STSBenchmark" not in result.stdout  # details: with --all
     assert "noise |" not in metrics_diff(tmp_path, "HEAD", "--noise", "0.001").stdout
+    detailed = metrics_diff(tmp_path, "--all").stdout.splitlines()
+    assert "| metrics/runs/1/sts.json | STSBenchmark | 80.0 | 80.5 | +0.5 |  |" in detailed
+    assert f"| {path} | trained.sts.avg.mean | 76.3217 | 76.3251 | +0.0034 | noise |" in detailed
+    assert not any("steps" in line for line in detailed)  # unchanged
 
-    for args, message in (
-        (["no-such-rev"], "error: dvc metrics diff: "),
-        (["--noise", "-1"], "error: --noise: must be a finite number >= 0, got -1.0"),
+    for args, message, status in (
+        (["no-such-rev"], "error: dvc metrics diff: ", 1),
+        (["no-such-rev", "--all"], "error: git ls-tree: ", 1),
+        (["--noise", "-1"], "error: argument --noise: must be a finite number >= 0", 2),
     ):
         failed = metrics_diff(tmp_path, *args)
-        assert failed.returncode == 1 and failed.stdout == ""
+        assert failed.returncode == status and failed.stdout == ""
         assert failed.stderr.startswith(message) and len(failed.stderr.splitlines()) == 1

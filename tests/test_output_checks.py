@@ -18,7 +18,7 @@ OUTPUTS = {
         "--checkpoints": "checkpoints",
     },
     "refine": {"--out": "refined", "--metrics": "refine.json", "--plots": "plots"},
-    "compare": {"--metrics": "compare.json", "--report": "summary.md", "--plots": "plots"},
+    "summary": {"--metrics": "summary.json", "--report": "summary.md", "--plots": "plots"},
     "download": {"--out": "raw", "--recorded": "recorded.json", "--metrics": "download.json"},
 }
 EXTRA = {"train": ["--method", "simcse", "--seed", "42"]}
@@ -38,8 +38,8 @@ def stage_args(stage: str, outputs: dict[str, Path]) -> list[str]:
         ("train", "--plots"),
         ("train", "--checkpoints"),
         ("refine", "--plots"),
-        ("compare", "--report"),
-        ("compare", "--plots"),
+        ("summary", "--report"),
+        ("summary", "--plots"),
         ("download", "--recorded"),
     ],
 )

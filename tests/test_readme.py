@@ -19,7 +19,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from conftest import make_inputs
 
 from sentemb.config import read_yaml
@@ -78,7 +77,7 @@ def check_dvc(argv: list[str]) -> None:
     for assignment in getattr(args, "set_param", None) or []:
         key = assignment.split("=", 1)[0].split(":")[-1]
         assert param_exists(params, key), f"dvc {shlex.join(argv)}: no param {key} in params.yaml"
-    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    stages = read_yaml(ROOT / "dvc.yaml")["stages"]
     for target in getattr(args, "targets", None) or []:
         if not target.endswith((".yaml", ".dvc")):
             name = target.split("@")[0]
@@ -164,74 +163,49 @@ def test_a_stale_command_fails(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
             check(command, monkeypatch, tmp_path)
 
 
-SUITE_COLUMNS = {
-    "sts": "STS",
-    "transfer": "transfer",
-    "chinese": "Chinese",
-    "retrieval": "retrieval",
-}
-ROWS = {"": "", "repal": " + RepAL", "whitening": " + whitening"}
+def results_table() -> str:
+    """The leaderboard's results table (the first table of reports/leaderboard.md, which
+    `python -m sentemb.leaderboard` writes from the experiments)."""
+    text = (ROOT / "reports" / "leaderboard.md").read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(text) if line.startswith("|"))
+    end = next(i for i in range(start, len(text) + 1) if i == len(text) or not text[i])
+    return "\n".join(text[start:end])
 
 
-def results_table(metrics: Path = ROOT / "metrics") -> str:
-    """The README's results table: each suite's `avg` per method (mean ± std over seeds, from
-    `metrics/compare.json`), then the untrained reference and TF-IDF (single runs)."""
-
-    def single(path: Path, refinement: str) -> str:
-        if not path.is_file():
-            return "-"
-        values = json.loads(path.read_text(encoding="utf-8"))
-        values = values.get(refinement, {}) if refinement else values
-        return f"{values['avg']:.2f}" if "avg" in values else "-"
-
-    compare = json.loads((metrics / "compare.json").read_text(encoding="utf-8"))
-    header = "| model | " + " | ".join(f"{n} avg" for n in SUITE_COLUMNS.values()) + " |"
-    lines = [header, "|---|" + "---:|" * len(SUITE_COLUMNS)]
-    rows: list[tuple[str, list[str]]] = []
-    for method, suites in compare["methods"].items():
-        for refinement, label in ROWS.items():
-            key = f"/{refinement}" if refinement else ""
-            cells = [
-                f"{s['avg']['mean']:.2f} ± {s['avg']['std']:.2f}" if "avg" in s else "-"
-                for s in (suites.get(f"{suite}{key}", {}) for suite in SUITE_COLUMNS)
-            ]
-            rows.append((f"{method}{label}", cells))
-    for refinement, label in ROWS.items():
-        cells = [single(metrics / "reference" / f"{s}.json", refinement) for s in SUITE_COLUMNS]
-        rows.append((f"reference (untrained){label}", cells))
-    rows.append(("TF-IDF", [single(metrics / "tfidf" / f"{s}.json", "") for s in SUITE_COLUMNS]))
-    lines += [f"| {name} | {' | '.join(cells)} |" for name, cells in rows if set(cells) != {"-"}]
-    return "\n".join(lines)
-
-
-def test_readme_results_are_the_committed_metrics() -> None:
-    """The README's table is what the committed metrics files say (no number typed by hand)."""
+def test_readme_results_are_the_leaderboard() -> None:
+    """The README's table is the leaderboard's (no number typed by hand)."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert results_table() in readme, f"README.md lacks the current table:\n{results_table()}"
 
 
 def stage_times() -> str:
-    """The README's time table: each stage of dvc.yaml with the `seconds` its metrics files
-    record (summed as `make repro`'s progress line does), a matrix as the mean and the range of
-    its runs. A metrics file without `seconds` fails the test."""
+    """The README's time table: each stage of dvc.yaml with the `seconds` it recorded (a
+    per-seed stage's from stage summary's committed record, the others' from their committed
+    JSON outputs, summed as `make repro`'s progress line does), a foreach as the mean and the
+    range of its runs. A stage without seconds fails the test."""
     from dvc.repo import Repo
+    from dvc.repo.reproduce import collect_stages, get_active_graph, plan_repro
 
-    from sentemb.progress import kind, recorded_seconds
+    from sentemb.progress import kind, recorded_seconds, stage_record
 
+    record = stage_record(ROOT / "plots" / "summary" / "seconds.json")
     times: dict[str, list[float]] = {}
-    with Repo(str(ROOT)) as repo:
-        for stage in repo.index.stages:
-            metrics = [Path(out.fs_path) for out in stage.outs if out.metric]
-            missing = [str(p) for p in metrics if recorded_seconds([p]) is None]
-            assert metrics and not missing, f"{stage.addressing}: no seconds in {missing}"
-            times.setdefault(kind(stage.addressing), []).append(recorded_seconds(metrics))
+    with Repo(str(ROOT)) as repo:  # in the order `dvc repro` runs them
+        graph = get_active_graph(repo.index.graph)
+        for stage in plan_repro(graph, collect_stages(repo, ["dvc.yaml"])):
+            seconds = record.get(stage.addressing)
+            if seconds is None:
+                outputs = [Path(o.fs_path) for o in stage.outs if o.fs_path.endswith(".json")]
+                seconds = recorded_seconds(outputs)
+            assert seconds is not None, f"{stage.addressing}: no seconds recorded"
+            times.setdefault(kind(stage.addressing), []).append(seconds)
     lines = ["| stage | runs | s per run (range) | s in all |", "|---|---:|---:|---:|"]
     for name, values in times.items():
         if len(values) == 1:
             lines.append(f"| `{name}` | 1 | {values[0]:.0f} | {values[0]:.0f} |")
         else:
             spread = f"{sum(values) / len(values):.0f} ({min(values):.0f}-{max(values):.0f})"
-            lines.append(f"| `{name}@M-S` | {len(values)} | {spread} | {sum(values):.0f} |")
+            lines.append(f"| `{name}@S` | {len(values)} | {spread} | {sum(values):.0f} |")
     total = sum(map(sum, times.values()))
     lines.append(f"| all stages | | | {total:.0f} ({total / 60:.0f} min) |")
     return "\n".join(lines)
@@ -246,7 +220,7 @@ def test_readme_stage_times_are_the_committed_metrics() -> None:
 def test_benchmarks_budget_is_the_committed_metrics() -> None:
     """benchmarks/README.md's time budget is `benchmarks/budget.py` on the committed metrics."""
     script = runpy.run_path(str(ROOT / "benchmarks" / "budget.py"))
-    expected = script["table"](script["budget"](ROOT / "metrics"))
+    expected = script["table"](script["budget"](ROOT))
     readme = (ROOT / "benchmarks" / "README.md").read_text(encoding="utf-8")
     assert expected in readme, f"benchmarks/README.md lacks the current budget:\n{expected}"
 

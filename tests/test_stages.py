@@ -106,10 +106,11 @@ def test_bad_param_is_one_clear_error_and_no_output(
     assert not out.exists()
 
 
-def train_args(params: Path, work: Path, method: str) -> list[str]:
-    """`stages/train.py` arguments for `method`, seed 42, keeping every output inside `work`."""
+def train_args(params: Path, work: Path, method: str | None) -> list[str]:
+    """`stages/train.py` arguments for `method` (None: params' own), seed 42, keeping every
+    output inside `work`."""
     outputs = {"--out": "model", "--metrics": "train.json", "--plots": "plots"}
-    args = ["--method", method, "--seed", "42", "--params", str(params)]
+    args = [*(["--method", method] if method else []), "--seed", "42", "--params", str(params)]
     args += ["--checkpoints", str(work / "checkpoints")]
     for flag, name in outputs.items():
         args += [flag, str(work / name)]
@@ -157,23 +158,49 @@ def test_train_stage_end_to_end(
     }
 
 
+@pytest.mark.slow
+def test_train_nproc_runs_the_stage_under_torchrun(
+    downloaded: Path, tiny_model_dir: Path, mirror: Path, stage_env
+) -> None:
+    """`train.nproc: 2`: the stage launches itself in 2 processes (gloo on this CPU; no manual
+    torchrun, no `dvc commit`), which split the global batch of 16; rank 0 writes the outputs
+    once and the exit status is torchrun's."""
+    work = downloaded / "ddp"
+    params = tiny_training(work, tiny_model_dir, mirror, 2)
+    values = read_yaml(params)
+    values["train"]["nproc"] = 2
+    params.write_text(yaml.safe_dump(values))
+    env = {**stage_env, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+    result = run_stage(
+        "train.py", train_args(params, work, "simcse"), downloaded, env, process=True
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "2 processes, 8 sentences of each batch apiece" in result.stderr
+    assert result.stderr.count("INFO train: best dev ") == 1  # rank 0 alone reports
+    metrics = json.loads((work / "train.json").read_text())
+    assert metrics["steps"] == 2 and (work / "model" / "model.safetensors").is_file()
+
+
 @pytest.mark.parametrize(
-    ("methods", "method", "message"),
+    ("method", "argument", "message"),
     [
-        (["simcse"], "simcse+dlcr", "error: method: 'simcse+dlcr'"),
+        ("simcse+dlcr", None, "error: method: 'simcse+dlcr' must join distinct known methods"),
+        ("simcse", "dlcr", "error: method: 'dlcr' must join distinct known methods"),
         (
-            "dclr",
-            "d",
-            "error: methods: expected a non-empty list of method names, got 'dclr' "
-            "(on the command line: -S 'methods=[dclr]')",
+            ["simcse", "dclr"],
+            None,
+            "error: method: one experiment is one method, got the list ['simcse', 'dclr']; "
+            "queue one experiment per method: dvc exp run --queue -S method=simcse,dclr",
         ),
     ],
 )
 def test_train_unknown_method_fails_cleanly(
-    downloaded: Path, mirror: Path, tmp_path: Path, stage_env, methods, method: str, message: str
+    downloaded: Path, mirror: Path, tmp_path: Path, stage_env, method, argument, message: str
 ) -> None:
-    params = write_params(tmp_path, mirror, methods=methods)
-    args = train_args(params, tmp_path, method)
+    """The method comes from params.yaml (what `dvc exp run -S method=...` sets) unless
+    `--method` names one; a typo or a list is one error before anything is written."""
+    params = write_params(tmp_path, mirror, method=method)
+    args = train_args(params, tmp_path, argument)
     assert last_error(run_stage("train.py", args, downloaded, stage_env)).startswith(message)
     assert not (tmp_path / "model").exists() and not (tmp_path / "train.json").exists()
 
@@ -338,14 +365,12 @@ def write_json_file(path: Path, data: object) -> None:
     path.write_text(json.dumps(data))
 
 
-def test_analyze_then_compare(
+def test_analyze_then_summary(
     tiny_model_dir: Path, mirror: Path, stage_env, tmp_path: Path
 ) -> None:
-    """analyze (tiny model, real STS-B test), then compare over 2 methods x 2 seeds of synthetic
-    runs: report, metrics, plots; a missing run file is one error and writes nothing."""
-    params = write_params(tmp_path, mirror, compare={"resamples": 200})
-    values = yaml.safe_load(params.read_text()) | {"methods": ["simcse", "sscl"], "seeds": [1, 2]}
-    params.write_text(yaml.safe_dump(values))
+    """analyze (tiny model, real STS-B test), then the summary of 2 seeds of synthetic runs:
+    headline, report, plots; a missing run file is one error and writes nothing."""
+    params = write_params(tmp_path, mirror, compare={"resamples": 200}, method="sscl", seeds=[1, 2])
     analysis = tmp_path / "analysis.json"
     args = ["--model", str(tiny_model_dir), "--out", str(analysis), "--data", str(mirror)]
     result = run_stage("analyze.py", args, tmp_path, stage_env)
@@ -355,42 +380,29 @@ def test_analyze_then_compare(
     assert len(measured["token_wise"]) == 3 and len(measured["inter_layer"]) == 2
     assert measured["uniformity"] < 0 < measured["alignment"]
     rng = np.random.default_rng(0)
-    for method, noise in (("simcse", 0.3), ("sscl", 0.1)):
-        for seed in (1, 2):
-            fake_run(tmp_path, f"{method}-{seed}", noise, rng, measured)
+    for seed in (1, 2):
+        fake_run(tmp_path, str(seed), 0.2, rng, measured)
     for folder in ("metrics/reference", "metrics/tfidf"):
         for suite in ("sts", "transfer", "chinese", "retrieval"):
             write_json_file(tmp_path / folder / f"{suite}.json", {"avg": 40.0})
     write_json_file(tmp_path / "metrics/reference/analysis.json", measured)
-    result = run_stage("compare.py", [], tmp_path, stage_env)
+    result = run_stage("summary.py", ["--params", str(params)], tmp_path, stage_env)
     assert result.returncode == 0, result.stderr[-3000:]
-    compared = json.loads((tmp_path / "metrics/compare.json").read_text())
-    assert compared["methods"]["sscl"]["sts"]["avg"]["n"] == 2
-    assert set(compared["methods"]["simcse"]) == {
-        "sts",
-        "sts/repal",
-        "transfer",
-        "chinese",
-        "retrieval",
-    }
-    sts = compared["paired"]["sscl"]["sts"]
-    assert set(sts) == {"STS12", "STSBenchmark", "avg"}
-    assert sts["avg"]["low"] > 0 and sts["avg"]["significant"]  # less noise, clearly better
+    headline = json.loads((tmp_path / "metrics/summary.json").read_text())
+    assert set(headline) == {"trained", "untrained", "tfidf"}
+    assert set(headline["trained"]) == {"sts", "sts/repal", "transfer", "chinese", "retrieval"}
+    assert set(headline["trained"]["sts"]) == {"STS12", "STSBenchmark", "avg"}
+    assert "seconds" not in headline  # the headline holds scores alone
     report = (tmp_path / "reports/summary.md").read_text()
-    assert "| sscl + RepAL |" in report and "## Against simcse" in report
-    assert "| reference (untrained) |" in report and "## Deviations from the papers" in report
+    assert "# Summary: sscl" in report and "| sscl + RepAL |" in report
+    assert "| untrained model |" in report and "## Deviations from the papers" in report
     assert "- refinements fitted on: eval" in report  # as the runs' refine.json say
     for name in ("training", "alignment_uniformity", "cosine_density", "layers"):
-        assert (tmp_path / f"plots/compare/{name}.png").read_bytes()[:4] == b"\x89PNG"
-    (tmp_path / "metrics/runs/sscl-2/chinese.json").unlink()
+        assert (tmp_path / f"plots/summary/{name}.png").read_bytes()[:4] == b"\x89PNG"
+    (tmp_path / "metrics/runs/2/chinese.json").unlink()
     (tmp_path / "reports/summary.md").unlink()
-    result = run_stage("compare.py", [], tmp_path, stage_env)
-    assert result.returncode == 1
-    assert (
-        result.stderr.strip()
-        .splitlines()[-1]
-        .startswith("error: metrics/runs/sscl-2/chinese.json: not found")
-    )
+    result = run_stage("summary.py", ["--params", str(params)], tmp_path, stage_env)
+    assert last_error(result).startswith("error: metrics/runs/2/chinese.json: not found")
     assert not (tmp_path / "reports/summary.md").exists()
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import logging
+import math
 import sys
 import unicodedata
 from collections.abc import Callable, Sequence
@@ -56,6 +57,17 @@ def text(value: str, what: str) -> str:
             f"{value!r} looks like an option, not a {what} (a path that starts with '-': ./{value})"
         )
     return value
+
+
+def points(value: str) -> float:
+    """The `type` of a noise level: a finite number of score points >= 0."""
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not 0 <= number < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {value!r}")
+    return number
 
 
 def existing(folder: bool | None) -> Callable[[str], Path]:

@@ -31,7 +31,7 @@ METHOD_SECTIONS = tuple(
 )
 # The top-level keys of params.yaml: the run plan, one section per concern, one per method.
 SECTIONS = (
-    "methods",
+    "method",
     "seeds",
     "data",
     "model",
@@ -107,11 +107,15 @@ def ranges(annotation: Any) -> list[Range]:
 def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
     """Read the params file as DVC reads it (`read_yaml`) and check its sections' names; a
     missing or malformed file is a `ConfigError` naming it."""
-    path = Path(path)
-    params = read_yaml(path)
+    return params_from(read_yaml(Path(path)), str(path))
+
+
+def params_from(params: Any, name: str) -> dict[str, Any]:
+    """`params`, read from the params file `name`, when its sections are known; else a
+    `ConfigError` naming what is not."""
     if not isinstance(params, dict):
-        raise ConfigError(f"{path}: expected a mapping of sections at the top level")
-    check_keys(params, SECTIONS, f"{path}: unknown top-level key(s)")
+        raise ConfigError(f"{name}: expected a mapping of sections at the top level")
+    check_keys(params, SECTIONS, f"{name}: unknown top-level key(s)")
     evaluation = params.get("eval")
     if evaluation is not None and not isinstance(evaluation, dict):
         raise ConfigError(
@@ -122,45 +126,50 @@ def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
 
 
 def read_yaml(path: Path) -> Any:
-    """A YAML file read with DVC's own loader (ruamel.yaml's safe loader, YAML 1.2: `1e-3` is a
-    number and `yes` a string, where PyYAML reads them otherwise), so a stage sees the values
-    `dvc params diff` and `dvc exp run -S` see. One `ConfigError` naming the file and line for a
-    file that is missing or not UTF-8, a key written twice in one mapping (DVC refuses the file;
-    PyYAML would keep the last silently) and any other YAML error."""
-    from ruamel.yaml import YAML
-    from ruamel.yaml.constructor import DuplicateKeyError
-    from ruamel.yaml.error import MarkedYAMLError, YAMLError
-
+    """A YAML file read as `parse_yaml` reads it; a missing file is a `ConfigError` naming it."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError as err:
         raise ConfigError(f"{path}: params file not found") from err
     except OSError as err:
         raise ConfigError(f"{path}: cannot be read ({err.strerror or err})") from err
+    return parse_yaml(raw, str(path))
+
+
+def parse_yaml(raw: bytes, name: str) -> Any:
+    """YAML read with DVC's own loader (ruamel.yaml's safe loader, YAML 1.2: `1e-3` is a number
+    and `yes` a string, where PyYAML reads them otherwise), so a stage sees the values `dvc params
+    diff` and `dvc exp run -S` see. One `ConfigError` naming the file `name` and the line for
+    bytes that are not UTF-8, a key written twice in one mapping (DVC refuses the file; PyYAML
+    would keep the last silently) and any other YAML error."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.constructor import DuplicateKeyError
+    from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
     try:
         text = raw.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as err:
         line = raw.count(b"\n", 0, err.start) + 1
         raise ConfigError(
-            f"{path}:{line}: not UTF-8 (byte {raw[err.start]:#04x}); save the file as UTF-8"
+            f"{name}:{line}: not UTF-8 (byte {raw[err.start]:#04x}); save the file as UTF-8"
         ) from err
     try:
-        return YAML(typ="safe", pure=True).load(text)
+        return YAML(typ="safe").load(text)
     except DuplicateKeyError as err:
-        found = _duplicate(YAML(typ="safe", pure=True).compose(text))
+        found = _duplicate(YAML(typ="safe").compose(text))
         what = (
             f"the key {found[0]!r} is written twice in one mapping (first at line {found[1]})"
             if found
             else err.problem  # keys spelled apart that read the same (`1` and `01`)
         )
         line = err.problem_mark.line + 1
-        raise ConfigError(f"{path}:{line}: {what}; DVC refuses such a file: keep one") from err
+        raise ConfigError(f"{name}:{line}: {what}; DVC refuses such a file: keep one") from err
     except MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        where = f"{name}:{mark.line + 1}" if mark else name
         raise ConfigError(f"{where}: not valid YAML: {err.problem or err.context}") from err
     except YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {err}") from err
+        raise ConfigError(f"{name}: not valid YAML: {err}") from err
 
 
 def _duplicate(node: Any) -> tuple[str, int] | None:
@@ -297,14 +306,20 @@ def parse_spec(spec: str) -> list[str]:
     return names
 
 
-def run_plan(params: dict) -> tuple[list[str], list[int]]:
-    """The validated `methods` and `seeds` lists: non-empty and distinct (`iscse+dclr` and
-    `dclr+iscse` are one method); each method a spec `parse_spec` reads, each seed in `SEEDS`."""
-    methods, seeds = params.get("methods"), params.get("seeds")
-    if not isinstance(methods, list) or not methods or not all(isinstance(m, str) for m in methods):
+def run_plan(params: dict) -> tuple[str, list[int]]:
+    """The experiment's method, as its canonical spec (`parse_spec`'s parts joined with '+'),
+    and its seeds: a non-empty list of distinct integers in `SEEDS`. One experiment is one
+    method: a list is refused with the command that queues one experiment per method."""
+    method, seeds = params.get("method"), params.get("seeds")
+    if isinstance(method, list):
+        listed = ",".join(map(str, method))
         raise ConfigError(
-            f"methods: expected a non-empty list of method names, got {methods!r} "
-            "(on the command line: -S 'methods=[dclr]')"
+            f"method: one experiment is one method, got the list {method!r}; queue one "
+            f"experiment per method: dvc exp run --queue -S method={listed}"
+        )
+    if not isinstance(method, str):
+        raise ConfigError(
+            f"method: expected a method name or a '+' join such as iscse+dclr, got {method!r}"
         )
     if not isinstance(seeds, list) or not seeds:
         raise ConfigError(
@@ -313,13 +328,6 @@ def run_plan(params: dict) -> tuple[list[str], list[int]]:
         )
     if any(not isinstance(s, int) or isinstance(s, bool) or s not in SEEDS for s in seeds):
         raise ConfigError(f"seeds: expected integers in [0, 2**32), got {seeds!r}")
-    parts = []
-    for i, spec in enumerate(methods):
-        try:
-            parts.append(frozenset(parse_spec(spec)))
-        except ConfigError as err:
-            raise ConfigError(f"methods[{i}]: {err}") from err
-    for name, values in (("methods", parts), ("seeds", seeds)):
-        if len(set(values)) != len(values):
-            raise ConfigError(f"{name}: {params[name]!r} lists a value twice")
-    return methods, seeds
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"seeds: {seeds!r} lists a seed twice")
+    return "+".join(parse_spec(method)), seeds

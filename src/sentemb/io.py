@@ -218,3 +218,15 @@ def write_json(path: str | Path, data: Any) -> None:
     """Write `data` as indented JSON, atomically (a file output)."""
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+
+
+def leaves(value: Any, key: str = "") -> Iterator[tuple[str, float]]:
+    """Every number in `value` (nested mappings and lists) with its dotted key (`a.b[2]`)."""
+    if isinstance(value, dict):
+        for name, item in value.items():
+            yield from leaves(item, f"{key}.{name}" if key else str(name))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from leaves(item, f"{key}[{i}]")
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        yield key, float(value)

@@ -1,8 +1,14 @@
 """`dvc metrics diff` with the differences below the noise level labelled `noise`.
 
-    python -m sentemb.metrics_diff                 # HEAD against the workspace
+    python -m sentemb.metrics_diff                 # HEAD against the workspace: the headline
     python -m sentemb.metrics_diff main            # main against the workspace
     python -m sentemb.metrics_diff befd762 HEAD    # two commits
+    python -m sentemb.metrics_diff main --all      # every number: per seed, task, subset, dev
+
+The headline (metrics/summary.json) is the only file declared as DVC metrics; `--all` diffs
+every committed number instead: each seed's scores per task and STS subset, dev scores and λs
+(the records of plots/summary/scores.json, shown under the per-seed file DVC caches them in,
+`metrics/runs/<seed>/<file>.json`) and every other JSON file under metrics/, read from git.
 
 The same run moves its scores by up to about `compare.noise` points on another CPU, bf16 kernel
 or GPU (README: "Which results are bit-identical"), so a changed score closer than that to the
@@ -15,20 +21,21 @@ x 100). Other metrics (losses, counts, λs, alignment) are shown without a label
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 import sys
 from dataclasses import dataclass
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
-from sentemb.cli import Parser, run_stage
+from sentemb.cli import Parser, points, run_stage
 from sentemb.config import UserError, load_params, section
+from sentemb.evaluation.suites import SUITES
+from sentemb.io import leaves
 from sentemb.report.stats import NOISE, CompareConfig
 from sentemb.tracking import SECONDS
 
-SUITE_FILES = ("sts", "transfer", "chinese", "retrieval")  # metrics/**/<suite>.json: all scores
-COMPARE_SCORES = ("mean", "std", "difference", "low", "high")  # compare.json methods/paired
+HEADLINE_ROWS = ("trained", "untrained", "tfidf")  # metrics/summary.json's rows of scores
+SCORES = "plots/summary/scores.json"  # every number of every seed (stage summary)
 
 
 class MetricsDiffError(UserError):
@@ -54,11 +61,11 @@ def is_score(path: str, metric: str) -> bool:
     name, first, last = PurePosixPath(path).stem, metric.split(".")[0], metric.split(".")[-1]
     if metric == SECONDS:  # the stage's wall time: shown, never a score
         return False
-    if name == "compare":
-        return first in ("methods", "paired") and last in COMPARE_SCORES
+    if name == "summary":  # the headline: a mean over seeds or a single run's score, not a std
+        return first in HEADLINE_ROWS and last != "std"
     if name == "refine":
         return last.startswith("dev/")
-    return name in SUITE_FILES or (name == "train" and metric in ("best_dev", "initial_dev"))
+    return name in SUITES or (name == "train" and metric in ("best_dev", "initial_dev"))
 
 
 def number(value: Any) -> float | None:
@@ -110,9 +117,46 @@ def table(rows: list[Change], noise: float, old: str, new: str) -> str:
     return "\n".join(lines)
 
 
-def dvc_metrics_diff(revisions: list[str]) -> dict:
-    """The JSON of `dvc metrics diff --json <revisions>` (DVC's warnings passed on)."""
-    command = [sys.executable, "-m", "dvc", "metrics", "diff", "--json", *revisions]
+def committed(revision: str | None) -> dict[tuple[str, str], float]:
+    """Every committed number at `revision` (None: the workspace's files git tracks), keyed by
+    (path, dotted key): the JSON files under metrics/ and the records of `SCORES`."""
+    listing = ["ls-files"] if revision is None else ["ls-tree", "-r", "--name-only", revision]
+    paths = git(*listing, "--", "metrics", SCORES).split()
+    numbers: dict[tuple[str, str], float] = {}
+    for path in paths:
+        text = (
+            Path(path).read_text("utf-8") if revision is None else git("show", f"{revision}:{path}")
+        )
+        data = json.loads(text)
+        if path == SCORES:
+            for r in data:
+                numbers[(f"metrics/runs/{r['seed']}/{r['file']}.json", r["key"])] = r["score"]
+        elif path.endswith(".json"):
+            numbers.update(((path, key), value) for key, value in leaves(data))
+    return numbers
+
+
+def git(*args: str) -> str:
+    """The output of a git command; one error with git's message when it fails."""
+    result = subprocess.run(["git", *args], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise MetricsDiffError(f"git {args[0]}: {result.stderr.strip() or 'failed'}")
+    return result.stdout
+
+
+def details(old: str, new: str | None) -> list[Change]:
+    """The committed numbers that differ between revision `old` and `new` (None: workspace)."""
+    before, after = committed(old), committed(new)
+    return [
+        Change(path, key, before.get((path, key)), after.get((path, key)))
+        for path, key in sorted(set(before) | set(after))
+        if before.get((path, key)) != after.get((path, key))
+    ]
+
+
+def dvc_metrics_diff(arguments: list[str]) -> dict:
+    """The JSON of `dvc metrics diff --json <arguments>` (DVC's warnings passed on)."""
+    command = [sys.executable, "-m", "dvc", "metrics", "diff", "--json", *arguments]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         lines = [line for line in result.stderr.splitlines() if line.strip()]
@@ -125,7 +169,8 @@ def parser() -> Parser:
     parser = Parser(__doc__)
     parser.revision("a_rev", nargs="?", default="HEAD", help="old revision (default HEAD)")
     parser.revision("b_rev", nargs="?", help="new revision (default the workspace)")
-    parser.add_argument("--noise", type=float, help="score points (default compare.noise)")
+    parser.add_argument("--noise", type=points, help="score points (default compare.noise)")
+    parser.add_argument("--all", action="store_true", help="every metrics file under metrics/")
     parser.input("--params", default="params.yaml", folder=False)
     return parser
 
@@ -135,10 +180,8 @@ def main() -> None:
     noise = args.noise
     if noise is None:
         noise = section(load_params(args.params), "compare", CompareConfig).noise
-    elif not 0 <= noise < math.inf:
-        raise MetricsDiffError(f"--noise: must be a finite number >= 0, got {noise}")
     revisions = [args.a_rev, *([args.b_rev] if args.b_rev else [])]
-    rows = changes(dvc_metrics_diff(revisions))
+    rows = details(args.a_rev, args.b_rev) if args.all else changes(dvc_metrics_diff(revisions))
     print(table(rows, noise, args.a_rev, args.b_rev or "workspace"))
 
 

@@ -8,11 +8,12 @@ it visits (`plan_repro`, dependencies first) of which those that changed, and ev
 downstream of them, will run (`--force`: all). DVC's output is passed through; when DVC starts a
 stage, a line says where the run is:
 
-    12:03:41 [3/12] train@simcse-42 · elapsed 12:03 · ~31 min left
+    12:03:41 [3/12] train@42 · elapsed 12:03 · ~31 min left
 
 The time left adds up each stage's `seconds` recorded by its last run (the `seconds` that
-`RunLogger.write_metrics` puts in every metrics file); a stage without one counts the mean of
-its kind (`train@*`), else of all stages, measured in this run or recorded before. A stage DVC
+`RunLogger.write_metrics` puts in every metrics file of the workspace, else stage `summary`'s
+committed record of them); a stage without one counts the mean of its kind (`train@*`), else of
+all stages, measured in this run or recorded before. A stage DVC
 finds unchanged (or restores from its run cache) leaves the plan. The exit status is DVC's.
 """
 
@@ -31,6 +32,7 @@ from typing import TextIO
 
 from sentemb.tracking import SECONDS
 
+SECONDS_RECORD = Path("plots/summary/seconds.json")  # written by stage `summary`
 STARTED = re.compile(r"^Running stage '(?P<stage>[^']+)':")
 SKIPPED = re.compile(r"^Stage '(?P<stage>[^']+)' (didn't change|is cached)")
 
@@ -43,7 +45,7 @@ def clock(seconds: float) -> str:
 
 
 def kind(stage: str) -> str:
-    """`train@simcse-42` -> `train`: stages of one matrix or foreach take about as long."""
+    """`train@42` -> `train`: stages of one foreach take about as long."""
     return stage.split("@")[0]
 
 
@@ -146,6 +148,19 @@ def recorded_seconds(metrics: Sequence[Path]) -> float | None:
     return sum(found) if found else None
 
 
+def stage_record(path: Path = SECONDS_RECORD) -> dict[str, float]:
+    """Each stage's seconds in stage `summary`'s committed record (a per-seed stage's outputs
+    are DVC-cached: a fresh clone has the record, not the files); {} without one."""
+    try:
+        records = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    found: dict[str, float] = {}
+    for record in records if isinstance(records, list) else []:
+        found[record["stage"]] = found.get(record["stage"], 0.0) + float(record["seconds"])
+    return found
+
+
 def dvc_plan(args: Sequence[str]) -> Progress:
     """The stages `dvc repro <args>` will run here, in order, and each one's recorded seconds."""
     from dvc.repo import Repo
@@ -169,9 +184,9 @@ def dvc_plan(args: Sequence[str]) -> Progress:
             upstream = set(graph.successors(stage)) if stage in graph else set()
             if known.force or upstream & set(running) or stage.changed():
                 running.append(stage)
-        recorded = {}
+        recorded = stage_record()
         for stage in running:
-            outputs = [Path(out.fs_path) for out in stage.outs if out.metric]
+            outputs = [Path(out.fs_path) for out in stage.outs if out.fs_path.endswith(".json")]
             seconds = recorded_seconds(outputs)
             if seconds is not None:
                 recorded[stage.addressing] = seconds

@@ -82,14 +82,15 @@ def overlapping_imbalanced() -> tuple[np.ndarray, np.ndarray]:
     return X, np.repeat([0, 1], [30, 10])
 
 
-@pytest.mark.parametrize("warm_start", [False, True])
-def test_nested_cv_equals_grid_search_in_cross_validate(warm_start: bool) -> None:
-    """Each fold's C grid in one job (cold, or warm-started along C) against the protocol as
-    scikit-learn writes it: a cold `GridSearchCV` over C (ties to the first) inside
-    `cross_validate`, on the same folds. The problem is small enough for lbfgs to converge."""
+@pytest.mark.parametrize(("warm_start", "n_jobs"), [(False, 1), (False, 2), (True, 1)])
+def test_nested_cv_equals_grid_search_in_cross_validate(warm_start: bool, n_jobs: int) -> None:
+    """Each fold's C grid in one job (cold, or warm-started along C), every outer x inner fold in
+    one `Parallel` call, against the protocol as scikit-learn writes it: a cold `GridSearchCV`
+    over C (ties to the first) inside `cross_validate`, on the same folds. The problem is small
+    enough for lbfgs to converge."""
     X, y = overlapping_imbalanced()
     config = TransferConfig(
-        kfold=4, inner_kfold=3, n_jobs=1, regs=[0.01, 0.1, 1.0, 10.0], warm_start=warm_start
+        kfold=4, inner_kfold=3, n_jobs=n_jobs, regs=[0.01, 0.1, 1.0, 10.0], warm_start=warm_start
     )
     search = GridSearchCV(
         logistic_regression(config), {"C": config.regs}, cv=_folds(config.inner_kfold, config)
@@ -114,6 +115,22 @@ def test_cv_select_equals_grid_search(warm_start: bool) -> None:
     model, dev = cv_select(X, y, config)
     assert (model.C, dev) == (search.best_params_["C"], 100.0 * search.best_score_)
     assert np.array_equal(model.coef_, search.best_estimator_.coef_)  # the same cold refit
+
+
+def test_two_workers_give_the_fits_of_one_bit_for_bit() -> None:
+    """The jobs' results come back in submission order: each outer fold's inner folds and refit
+    line up whichever worker ran them, so n_jobs changes nothing, dev and test included."""
+    X, y = overlapping_imbalanced()
+    X_dev, y_dev = X[::3], y[::3]
+    serial, parallel = (
+        TransferConfig(kfold=4, inner_kfold=3, n_jobs=n, regs=[0.01, 0.1, 1.0, 10.0])
+        for n in (1, 2)
+    )
+    assert nested_cv(X, y, parallel) == nested_cv(X, y, serial)
+    for select, args in ((cv_select, (X, y)), (dev_select, (X, y, X_dev, y_dev))):
+        (one, dev_one), (two, dev_two) = select(*args, serial), select(*args, parallel)
+        assert dev_two == dev_one
+        assert (two.C, two.coef_.tobytes()) == (one.C, one.coef_.tobytes())
 
 
 def test_cv_select_refits_the_first_best_c_on_all_of_train() -> None:
@@ -158,6 +175,7 @@ def test_default_config_is_senteval_and_valid() -> None:
     assert config.regs == [0.25, 0.5, 1.0, 2.0, 4.0, 8.0]
     assert config.kfold_regs == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0]
     assert (config.kfold, config.seed, config.tasks) == (10, 1111, list(TRANSFER_TASKS))
+    assert config.warm_start  # issue 34: warm-started C paths; false gives the cold fits
 
 
 @pytest.mark.parametrize(

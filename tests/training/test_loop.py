@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from sentemb.encoder import Encoder
 from sentemb.io import CheckpointError
 from sentemb.training.checkpoint import load_checkpoint, rng_state, save_checkpoint
 from sentemb.training.loop import TrainResult
+from sentemb.training.run import torchrun_command
 
 HERE = Path(__file__).resolve().parent
 
@@ -123,22 +123,14 @@ def test_killed_run_resumes_to_identical_result(
     assert curves(resumed) == curves(reference)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def two_processes(worker: str, args: list[str], hide_cuda: bool) -> None:
-    """Run `worker` (beside this file) under `torchrun --nproc_per_node=2`; it must exit 0.
-    `hide_cuda` keeps it on gloo (the trainer picks NCCL whenever CUDA is visible)."""
+    """Run `worker` (beside this file) in 2 processes as `train.nproc: 2` launches the train
+    stage (`torchrun_command`); it must exit 0. `hide_cuda` keeps it on gloo (the trainer picks
+    NCCL whenever CUDA is visible)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     if hide_cuda:
         env["CUDA_VISIBLE_DEVICES"] = ""
-    command = [
-        *(sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2"),
-        *(f"--master_port={free_port()}", str(HERE / worker), *args),
-    ]
+    command = torchrun_command(2, [str(HERE / worker), *args])
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import shutil
+import sys
 import tarfile
 import urllib.request
 import zipfile
@@ -34,6 +36,7 @@ class DataConfig:
     """Params section `data`."""
 
     mirror: str = "../shared/datasets"
+    nltk_data: str = "../shared/nltk_data"
     corpus_size: Count = 1_000_000
     timeout: Positive = 60.0
     datasets: list[str] | None = None
@@ -42,6 +45,28 @@ class DataConfig:
         if self.datasets == []:
             return ["datasets: [] names no dataset; null downloads them all"]
         return []
+
+
+def repo_path(value: str, params_file: Path) -> Path:
+    """A path param as absolute: a relative one is taken from the repository's root, which is
+    `$DVC_ROOT` under DVC (the real workspace, also for an experiment queued into a temporary
+    copy of it) and else the params file's folder."""
+    root = os.environ.get("DVC_ROOT") or params_file.resolve().parent
+    return (Path(root) / Path(value).expanduser()).resolve()
+
+
+def use_nltk_data(config: DataConfig, params_file: Path) -> None:
+    """Let NLTK find its data in `data.nltk_data` too (when that folder exists; NLTK downloads
+    what no folder has), in this process and the ones it starts."""
+    folder = repo_path(config.nltk_data, params_file)
+    if not folder.is_dir():
+        return
+    paths = [p for p in os.environ.get("NLTK_DATA", "").split(os.pathsep) if p]
+    if str(folder) not in paths:
+        os.environ["NLTK_DATA"] = os.pathsep.join([*paths, str(folder)])
+    nltk_data = sys.modules.get("nltk.data")
+    if nltk_data is not None and str(folder) not in nltk_data.path:
+        nltk_data.path.append(str(folder))
 
 
 class DataUnavailable(UserError, RuntimeError):

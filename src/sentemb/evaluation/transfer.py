@@ -22,14 +22,20 @@ MR, CR, SUBJ or MPQA counts as 0 tokens in that order and is embedded as ".". Tw
 differences from the 2018 code: today's scikit-learn default solver (lbfgs, multinomial for TREC)
 replaces the liblinear one-vs-rest of scikit-learn 0.19 (liblinear no longer fits more than two
 classes), and `max_iter` is raised from 100 because lbfgs needs more on unscaled features (TREC at
-C >= 16 takes up to ~130 iterations on MiniLM vectors). `"<task>/dev"` is the selection score: the
-mean CV, or the dev, accuracy of the chosen C.
+C >= 16 takes up to ~130 iterations on MiniLM vectors and ~600 on SimCSE's; MRPC's reach 1000).
+`"<task>/dev"` is the selection score: the mean CV, or the dev, accuracy of the chosen C.
 
-Each CV fold fits its whole C grid in one job (its rows taken once); the folds run side by side
-(`n_jobs`), one thread per fit. The results are those of `GridSearchCV` inside `cross_validate`
-bit for bit. `warm_start: true` warm-starts each fold's grid along increasing C: about 2x faster
-(CR, TREC on MiniLM), but not bit-identical (CR moved by 0.11 accuracy points: one outer fold's
-inner-CV near-tie went the other way; `benchmarks/transfer.py`), so it is off by default.
+Each CV fold's C grid is one job, fitted on one thread; a task's jobs go to `n_jobs` workers in
+one `Parallel` call (for MR, CR, SUBJ and MPQA every outer x inner fold at once), then the refits
+at the chosen C in a second. By default (`warm_start: true`, issue 34) each fold's grid is fitted
+as a regularisation path along increasing C, each fit starting from the previous C's solution (as
+scikit-learn's `LogisticRegressionCV` does): about a third of the lbfgs work of cold fits, not
+bit-identical, since lbfgs stops within its tolerance at another point near the same optimum and a
+few predictions near the boundary, and near-ties between two C values, go the other way. On three
+SimCSE seeds every task's mean moved by less than the protocol's own noise (docs/protocol.md;
+`benchmarks/transfer.py`). `warm_start: false` fits each C cold: the results of `GridSearchCV`
+inside `cross_validate` bit for bit, and the numbers committed before issue 34. On float32 vectors
+scikit-learn's lbfgs computes in float32 (the input's dtype).
 """
 
 from __future__ import annotations
@@ -72,7 +78,8 @@ Folds = Annotated[int, Range(2)]  # cross-validation needs two folds
 
 @dataclass
 class TransferConfig:
-    """Params section `eval.transfer`; the defaults are SentEval's with ``kfold: 10``."""
+    """Params section `eval.transfer`; the defaults are SentEval's with ``kfold: 10``, but for the
+    warm-started C paths (``warm_start``, issue 34)."""
 
     kfold: Folds = 10  # outer folds of MR/CR/SUBJ/MPQA; CV folds on TREC's and MRPC's train
     inner_kfold: Folds = 10  # folds that pick C inside each outer fold (SentEval: same as kfold)
@@ -84,7 +91,7 @@ class TransferConfig:
     max_iter: Count = 1000
     tasks: list[str] = field(default_factory=lambda: list(TRANSFER_TASKS))
     mrpc_features: Literal["full", "senteval"] = "full"  # [u, v, |u-v|, u*v] | [|u-v|, u*v]
-    warm_start: bool = False  # fit each fold's C grid as a warm-started path (not bit-identical)
+    warm_start: bool = True  # each fold's C grid as a warm-started path; false: cold fits
 
     def validate(self) -> list[str]:
         problems = [
@@ -110,25 +117,11 @@ class NestedCVResult(NamedTuple):
     chosen: list[float]
 
 
-class SerialLogisticRegression(LogisticRegression):
-    """`LogisticRegression` fitted on one BLAS/OpenMP thread; `n_jobs` runs fits side by side.
-
-    SentEval's problems are small (10k x 384), where threaded BLAS costs more than it gains: one
-    thread per fit is about 5x faster here, and the result no longer depends on the core count.
-    """
-
-    def fit(
-        self, X: Embeddings, y: np.ndarray, sample_weight: np.ndarray | None = None
-    ) -> SerialLogisticRegression:
-        with threadpool_limits(limits=1):
-            return super().fit(X, y, sample_weight)
-
-
 def logistic_regression(
     config: TransferConfig, C: float = 1.0, warm_start: bool = False
 ) -> LogisticRegression:
     """SentEval's classifier: L2 logistic regression with a fixed `random_state`."""
-    return SerialLogisticRegression(
+    return LogisticRegression(
         C=C,
         solver=config.solver,
         max_iter=config.max_iter,
@@ -149,22 +142,27 @@ def _path_scores(
     regs: Sequence[float],
     config: TransferConfig,
 ) -> np.ndarray:
-    """Accuracy on the `test` rows of a model fitted on the `train` rows at each C of `regs`.
-
-    The fold's rows are taken once for the whole grid. With `warm_start` the fits run along
-    increasing C, each starting from the previous C's solution (the regularisation path of
-    scikit-learn's `LogisticRegressionCV`): about half the lbfgs iterations, but lbfgs stops within
-    its tolerance of the optimum at another point than a cold fit, so accuracies move a little.
-    """
+    """Accuracy on the `test` rows of a model fitted on the `train` rows at each C of `regs`,
+    the fold's rows taken once; with `warm_start`, fitted along increasing C, each fit starting
+    from the previous C's solution (the regularisation path of `LogisticRegressionCV`)."""
     X_train, y_train, X_test, y_test = X[train], y[train], X[test], y[test]
     model = logistic_regression(config, warm_start=config.warm_start)
     scores = np.empty(len(regs))
-    for i in np.argsort(regs, kind="stable"):
-        scores[i] = model.set_params(C=regs[i]).fit(X_train, y_train).score(X_test, y_test)
+    with threadpool_limits(limits=1):
+        for i in np.argsort(regs, kind="stable"):
+            scores[i] = model.set_params(C=regs[i]).fit(X_train, y_train).score(X_test, y_test)
     return scores
 
 
-def _best(scores: list[np.ndarray]) -> tuple[int, float]:
+def _fit(
+    X: Embeddings, y: np.ndarray, rows: np.ndarray | slice, C: float, config: TransferConfig
+) -> LogisticRegression:
+    """A cold fit on the `rows` of `X` at `C`, on one thread."""
+    with threadpool_limits(limits=1):
+        return logistic_regression(config, C).fit(X[rows], y[rows])
+
+
+def _best(scores: Sequence[np.ndarray]) -> tuple[int, float]:
     """The grid index of the best mean accuracy over the folds (one array of C scores per fold)
     and that mean; ties go to the first C of the grid, as SentEval's `np.argmax` (and as the
     rank of `GridSearchCV`)."""
@@ -173,30 +171,34 @@ def _best(scores: list[np.ndarray]) -> tuple[int, float]:
     return best, float(means[best])
 
 
-def _outer_fold(
-    X: Embeddings, y: np.ndarray, train: np.ndarray, test: np.ndarray, config: TransferConfig
-) -> tuple[int, float, float]:
-    """One outer fold of `nested_cv`: the index of the C chosen by inner CV on `train`, its inner
-    CV accuracy, and the test accuracy of the model refit on all of `train` at that C."""
-    X_train, y_train = X[train], y[train]
-    inner = _folds(config.inner_kfold, config).split(X_train, y_train)
-    best, dev = _best(
-        [_path_scores(X_train, y_train, tr, te, config.regs, config) for tr, te in inner]
-    )
-    model = logistic_regression(config, config.regs[best]).fit(X_train, y_train)
-    return best, dev, float(model.score(X[test], y[test]))
-
-
 def nested_cv(X: Embeddings, y: np.ndarray, config: TransferConfig) -> NestedCVResult:
-    """MR, CR, SUBJ, MPQA: SentEval's `InnerKFoldClassifier` (outer folds run in parallel)."""
-    folds = _folds(config.kfold, config).split(X, y)
-    outer = Parallel(n_jobs=config.n_jobs)(
-        delayed(_outer_fold)(X, y, train, test, config) for train, test in folds
+    """MR, CR, SUBJ, MPQA: SentEval's `InnerKFoldClassifier`. The C grids of all outer x inner
+    folds are fitted in one `Parallel` call, then each outer fold's refit at its chosen C."""
+    outer = list(_folds(config.kfold, config).split(X, y))
+    inner = [
+        [
+            (train[tr], train[te])
+            for tr, te in _folds(config.inner_kfold, config).split(train, y[train])
+        ]
+        for train, _ in outer
+    ]
+    parallel = Parallel(n_jobs=config.n_jobs)
+    paths = parallel(
+        delayed(_path_scores)(X, y, tr, te, config.regs, config)
+        for folds in inner
+        for tr, te in folds
     )
+    k = config.inner_kfold
+    picks = [_best(paths[i * k : (i + 1) * k]) for i in range(len(outer))]
+    models = parallel(
+        delayed(_fit)(X, y, train, config.regs[best], config)
+        for (train, _), (best, _) in zip(outer, picks, strict=True)
+    )
+    tests = [model.score(X[test], y[test]) for model, (_, test) in zip(models, outer, strict=True)]
     return NestedCVResult(
-        dev=100.0 * float(np.mean([dev for _, dev, _ in outer])),
-        test=100.0 * float(np.mean([test for _, _, test in outer])),
-        chosen=[float(config.regs[best]) for best, _, _ in outer],
+        dev=100.0 * float(np.mean([dev for _, dev in picks])),
+        test=100.0 * float(np.mean(tests)),
+        chosen=[float(config.regs[best]) for best, _ in picks],
     )
 
 
@@ -212,20 +214,8 @@ def cv_select(
             for train, test in folds
         )
     )
-    model = logistic_regression(config, config.kfold_regs[best]).fit(X_train, y_train)
+    model = _fit(X_train, y_train, slice(None), config.kfold_regs[best], config)
     return model, 100.0 * dev
-
-
-def _fit_score(
-    config: TransferConfig,
-    C: float,
-    X: Embeddings,
-    y: np.ndarray,
-    X_dev: Embeddings,
-    y_dev: np.ndarray,
-) -> tuple[LogisticRegression, float]:
-    model = logistic_regression(config, C).fit(X, y)
-    return model, float(model.score(X_dev, y_dev))
 
 
 def dev_select(
@@ -237,12 +227,12 @@ def dev_select(
 ) -> tuple[LogisticRegression, float]:
     """SST2: C by dev accuracy over `regs` (SentEval's `SplitClassifier`); the model trained on
     train alone and its dev accuracy x 100. Ties go to the first C of the grid."""
-    fits = Parallel(n_jobs=config.n_jobs)(
-        delayed(_fit_score)(config, C, X_train, y_train, X_dev, y_dev) for C in config.regs
+    models = Parallel(n_jobs=config.n_jobs)(
+        delayed(_fit)(X_train, y_train, slice(None), C, config) for C in config.regs
     )
-    best = int(np.argmax([score for _, score in fits]))
-    model, score = fits[best]
-    return model, 100.0 * score
+    scores = [model.score(X_dev, y_dev) for model in models]
+    best = int(np.argmax(scores))
+    return models[best], 100.0 * float(scores[best])
 
 
 def _take(vectors: Embeddings, row: dict[str, int], sentences: Sequence[str]) -> Embeddings:

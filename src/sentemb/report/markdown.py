@@ -1,8 +1,9 @@
-"""The Markdown summary of stage `compare` (`reports/summary.md`), in the papers' layout.
+"""The Markdown of the reports, in the papers' layout: stage `summary`'s (`reports/summary.md`),
+the comparison of two experiments (`sentemb.compare`) and the leaderboard.
 
 A table per suite, titled and with the columns its declaration gives (`evaluation.suites.SUITES`):
 a row per method with mean ± std over seeds, its refined rows, then the single-run reference
-rows; the paired tests against the baseline; the protocol and the deviations from the papers.
+rows; the paired tests against a baseline; the protocol and the deviations from the papers.
 """
 
 from __future__ import annotations
@@ -10,14 +11,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sentemb.config import section
+from sentemb.config import METHOD_SECTIONS, section
 from sentemb.evaluation.chinese import ChineseConfig
 from sentemb.evaluation.suites import SUITES
 from sentemb.model_config import ModelConfig
-from sentemb.report.stats import NO_DIFFERENCE, NOISE
+from sentemb.report.stats import NO_DIFFERENCE, NOISE, mean_std
 from sentemb.training.config import TrainConfig
 
 REFINED = {"repal": "RepAL", "whitening": "whitening"}
+REFERENCE_LABELS = {"untrained": "untrained model", "tfidf": "TF-IDF"}  # the reference rows
 PAPER_CORPUS = 1_000_000
 PAPER_BACKBONES = ("bert-base", "bert-large", "roberta-base", "roberta-large")
 
@@ -99,9 +101,10 @@ def suite_table(
         metrics = files.get(suite)
         if metrics is None:
             continue
+        shown = REFERENCE_LABELS.get(name, name)
         for values, label in (
-            (metrics, name),
-            *((metrics.get(k), f"{name} + {v}") for k, v in REFINED.items()),
+            (metrics, shown),
+            *((metrics.get(k), f"{shown} + {v}") for k, v in REFINED.items()),
         ):
             if values is not None:
                 rows.append([label, *(f"{values[k]:.2f}" if k in values else "-" for k in keys)])
@@ -150,42 +153,177 @@ def paired_table(
 def summary(
     methods: Mapping[str, Mapping[str, Any]],
     singles: Mapping[str, Mapping],
-    paired: Mapping[str, Mapping],
+    per_seed: Mapping[int, Mapping[str, float]],
     analysis: Mapping[str, Mapping[str, Mapping[str, float]]],
     choices: Mapping[str, str],
     deviations: list[str],
     seeds: list[int],
-    resamples: int,
-    confidence: float,
-    noise: float,
 ) -> str:
-    """The whole report."""
-    baseline = next(iter(methods))
+    """One experiment's report: `methods` holds its one method's aggregate."""
+    method = next(iter(methods))
     parts = [
-        "# Summary",
-        f"Methods {', '.join(methods)}, seeds {', '.join(map(str, seeds))}: mean ± sample std"
-        " over seeds. Reference rows are single runs (deterministic). Produced by stage"
-        " `compare` (`dvc repro`).",
+        f"# Summary: {method}",
+        f"Method {method}, seeds {', '.join(map(str, seeds))}: mean ± sample std over seeds."
+        " Reference rows are single runs (deterministic). Produced by stage `summary`"
+        " (`dvc repro`); against another revision or experiment: `python -m sentemb.compare`.",
     ]
     for suite in SUITES.values():
         parts += [f"## {suite.title}", suite_table(suite.name, methods, singles)]
-    if paired:
-        parts += [
-            f"## Against {baseline}",
-            f"Paired bootstrap over the test pairs ({resamples} resamples, percentile interval of"
-            " the difference in mean-over-seeds Spearman; pooled STS years resampled within"
-            " each subset) and a paired t-test over seeds. Where the interval covers 0:"
-            f" {NO_DIFFERENCE}; where |Δ mean| < {noise:g} points (`compare.noise`, what the"
-            f" same run moves by on another CPU, bf16 kernel or GPU): {NOISE}.",
-            paired_table(paired, baseline, confidence),
-        ]
-    rows = [
+    rows = sorted({name for values in per_seed.values() for name in values}, key=row_order)
+    parts += [
+        "## Per seed (suite averages)",
+        markdown(
+            ["seed", *(row_label(r) for r in rows)],
+            [
+                [str(seed), *(f"{v[r]:.2f}" if r in v else "-" for r in rows)]
+                for seed, v in per_seed.items()
+            ],
+        ),
+    ]
+    rows_ = [
         [m, *(spread(v[k], 3) for k in ("alignment", "uniformity"))] for m, v in analysis.items()
     ]
     parts += [
         "## Alignment and uniformity (Wang & Isola; STS-B test, lower is better)",
-        markdown(["model", "alignment", "uniformity"], rows),
+        markdown(["model", "alignment", "uniformity"], rows_),
     ]
     parts += ["## Protocol", "\n".join(f"- {k}: {v}" for k, v in choices.items())]
     parts += ["## Deviations from the papers", "\n".join(f"- {d}" for d in deviations)]
     return "\n\n".join(parts) + "\n"
+
+
+def row_order(row: str) -> tuple[int, int]:
+    """Suites in `SUITES` order, each plain before its refinements (`sts`, `sts/repal`, ...)."""
+    suite, _, refinement = row.partition("/")
+    return list(SUITES).index(suite), [None, *REFINED].index(refinement or None)
+
+
+def row_label(row: str) -> str:
+    """`sts/repal` -> `sts + RepAL`."""
+    suite, _, refinement = row.partition("/")
+    return f"{suite} + {REFINED[refinement]}" if refinement else suite
+
+
+def cell(result: Mapping[str, Any]) -> list[str]:
+    """Δ, the bootstrap interval (`-` without one), the t-test's p and the verdict of a result."""
+    low, high, p = result["low"], result["high"], result["p_seeds"]
+    interval = "-" if low is None else f"[{low:+.2f}, {high:+.2f}]"
+    return [
+        f"{result['difference']:+.2f}",
+        interval,
+        "-" if p is None else f"{p:.3f}",
+        verdict(result),
+    ]
+
+
+def comparison(
+    old: Any, new: Any, results: Mapping[str, Mapping[str, Mapping]], config: Any, tasks: bool
+) -> str:
+    """`sentemb.compare`'s Markdown: experiment `new` against `old` (both on their shared seeds),
+    a row per suite average (per task with `tasks`), plain and refined."""
+    seeds = ", ".join(map(str, new.seeds))
+    lines = [
+        f"### `{old.label}` → `{new.label}`: {old.method} → {new.method} (seeds {seeds})",
+        "",
+        f"Δ = {new.label} − {old.label} in score points, means over the shared seeds; CI: "
+        f"{config.confidence:.0%} paired bootstrap over the test pairs ({config.resamples} "
+        f"resamples; STS and Chinese only); p: paired t-test over seeds; |Δ| < {config.noise:g} "
+        f"(`compare.noise`): {NOISE}.",
+        "",
+    ]
+    rows = []
+    for row in sorted(results, key=row_order):
+        before, after = old.scores(row), new.scores(row)
+        for column in SUITES[row.partition("/")[0]].columns:
+            if column not in results[row] or (not tasks and column != "avg"):
+                continue
+            name = row_label(row) + ("" if column == "avg" else f" {column}")
+            values = [spread(mean_std(s[column])) for s in (before, after)]  # type: ignore[index]
+            rows.append([name, *values, *cell(results[row][column])])
+    header = [
+        "row",
+        old.label,
+        new.label,
+        "Δ",
+        f"{config.confidence:.0%} CI",
+        "p (seeds)",
+        "verdict",
+    ]
+    return "\n".join(lines) + markdown(header, rows) + "\n"
+
+
+LEADERBOARD_ROWS = ("sts", "transfer", "chinese", "retrieval")  # the suites of the main table
+
+
+def leaderboard(board: Mapping[str, Any]) -> str:
+    """reports/leaderboard.md: the results table (each row: suite averages, mean ± std over
+    seeds; its STS test against SimCSE; corpus; commit), the reference rows, then every paired
+    test against SimCSE and the rows left out as stale."""
+    rows = sorted(board["rows"], key=leaderboard_order)
+    header = [
+        "model",
+        *(f"{SUITES[s].title.split(' (')[0]} avg" for s in LEADERBOARD_ROWS),
+        "STS vs SimCSE",
+        "trained on",
+        "commit",
+    ]
+    table = []
+    for row in rows:
+        commit = row["commit"][:7] + (f" ({row['experiment']})" if row["experiment"] else "")
+        for refinement, label in ((None, ""), *REFINED.items()):
+            name = f"/{refinement}" if refinement else ""
+            if f"sts{name}" not in row["scores"] and f"chinese{name}" not in row["scores"]:
+                continue
+            test = row["versus"].get(f"sts{name}")
+            table.append(
+                [
+                    row["label"] + (f" + {label}" if refinement else ""),
+                    *(spread(row["scores"].get(f"{s}{name}")) for s in LEADERBOARD_ROWS),
+                    "-" if test is None else f"{test['difference']:+.2f} ({verdict(test)})",
+                    row["trained_on"] if not refinement else "",
+                    commit if not refinement else "",
+                ]
+            )
+    for name, label in REFERENCE_LABELS.items():
+        averages = board["reference"][name]
+        for refinement, suffix in ((None, ""), *REFINED.items()):
+            key = f"/{refinement}" if refinement else ""
+            if not any(f"{s}{key}" in averages for s in LEADERBOARD_ROWS):
+                continue
+            cells = [
+                f"{averages[f'{s}{key}']:.2f}" if f"{s}{key}" in averages else "-"
+                for s in LEADERBOARD_ROWS
+            ]
+            reference = board["reference_commit"][:7]
+            table.append(
+                [label + (f" + {suffix}" if refinement else ""), *cells, "-", "-", reference]
+            )
+    tests = [
+        [row["label"], row_label(name), *cell(result)]
+        for row in rows
+        for name, result in sorted(row["versus"].items(), key=lambda item: row_order(item[0]))
+    ]
+    parts = [
+        "# Leaderboard",
+        "Each row is one DVC experiment (`python -m sentemb.leaderboard`): suite averages, mean ±"
+        " std over its seeds; STS vs SimCSE: Δ of the STS average and its verdict (paired"
+        " bootstrap over the test pairs and paired t-test over seeds; `noise` below"
+        " `compare.noise`). Reference rows are single runs of the reference commit.",
+        markdown(header, table),
+        "## Against SimCSE (suite averages)",
+        markdown(["model", "suite", "Δ", "CI (bootstrap)", "p (seeds)", "verdict"], tests),
+    ]
+    if board["stale"]:
+        stale = [
+            f"- {s['label']} at {s['commit'][:7]}: other stage code; `{s['rerun']}`"
+            for s in board["stale"]
+        ]
+        parts += ["## Left out (run at other stage code)", "\n".join(stale)]
+    return "\n\n".join(parts) + "\n"
+
+
+def leaderboard_order(row: Mapping[str, Any]) -> tuple[int, str]:
+    """SimCSE first, then the methods in `METHOD_SECTIONS` order, then joins, by label."""
+    method = row["method"]
+    order = ["simcse", *(m for m in METHOD_SECTIONS if m != "simcse")]
+    return (order.index(method) if method in order else len(order), row["label"])

@@ -2,7 +2,7 @@
 
 Each function draws one figure and returns it; `save` writes it. Every figure has a title and a
 legend, and a model has the same colour in every figure (`colour`): a training method the colour
-of its place among the method files, the reference rows fixed colours of their own.
+of its place among the method files, the untrained model grey.
 """
 
 from __future__ import annotations
@@ -22,9 +22,7 @@ from sentemb.config import METHOD_SECTIONS
 from sentemb.io import atomic_path
 
 BEFORE = "before training"  # the untrained model in the analysis plots
-REFERENCE = "reference (untrained)"  # the untrained model's rows in the report
-TFIDF = "TF-IDF"
-REFERENCE_COLOURS = {BEFORE: "tab:gray", REFERENCE: "tab:gray", TFIDF: "tab:brown"}
+REFERENCE_COLOURS = {BEFORE: "tab:gray"}
 METHOD_COLOURS = (
     "tab:blue",
     "tab:orange",
@@ -39,7 +37,7 @@ GRID = 201  # points of each density curve
 
 
 def colour(model: str) -> str:
-    """The colour of `model` in every figure: a reference row's own; a method's by its place in
+    """The colour of `model` in every figure: the untrained model's grey; a method's by its place in
     `METHOD_SECTIONS`; a combination (`iscse+dclr`) one of the colours left over, by a hash of
     its name (a stable choice; two combinations may share one)."""
     if model in REFERENCE_COLOURS:

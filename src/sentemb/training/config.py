@@ -23,6 +23,7 @@ class TrainConfig:
 
     max_length: Count = 32  # checked against the model's tokens and positions where it loads
     batch_size: Count = 64
+    nproc: Count = 1  # processes: above 1 the train stage runs itself under torchrun
     learning_rate: LearningRate = 3e-5
     epochs: Count = 1
     max_steps: Count | None = None

@@ -178,6 +178,9 @@ class Trainer:
     ) -> None:
         self.rank, self.world = distributed()
         check_batches(config, len(sentences), corpus, method.contrastive, self.world)
+        if self.world > 1 and self.rank == 0:
+            share = config.batch_size // self.world
+            log.info("%d processes, %d sentences of each batch apiece", self.world, share)
         self.device = pick_device(config.device, self.rank)
         if self.device.type == "cuda":  # NCCL's collectives use the current device of each rank
             torch.cuda.set_device(self.device)

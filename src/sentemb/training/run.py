@@ -8,10 +8,12 @@ the run key, model selection on the dev sets, the metrics and the model card.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -165,7 +167,7 @@ def prepare(spec: str, seed: int, params: Mapping[str, Any], data: Path) -> Trai
     then load the model and build the method and the run key: everything that defines the run
     (params of every part, data hashes, the model's weights, the code), so a checkpoint resumes
     only the same run."""
-    run_plan(params)  # a string `methods` would make DVC's matrix run one stage per character
+    run_plan(params)  # the experiment's method and seeds are valid, whichever runs here
     names = parse_spec(spec)
     spec = "+".join(names)
     if seed not in SEEDS:
@@ -222,3 +224,19 @@ def prepare(spec: str, seed: int, params: Mapping[str, Any], data: Path) -> Trai
     return TrainingJob(
         spec, seed, model_config, config, sentences, corpus, encoder, method, run_key, dev
     )
+
+
+def torchrun_command(nproc: int, argv: Sequence[str]) -> list[str]:
+    """`argv` (a script and its arguments) run by `nproc` processes under torchrun, on a free
+    port of this machine (`--standalone`)."""
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    return [*launcher, f"--nproc-per-node={nproc}", *argv]
+
+
+def torchrun(nproc: int) -> NoReturn:
+    """Replace this process by `torchrun_command` running the same command (signals and the
+    exit status are then torchrun's): `train.nproc` launches the processes itself, so DVC
+    records the stage as usual."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, torchrun_command(nproc, sys.argv))

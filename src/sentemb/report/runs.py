@@ -1,0 +1,149 @@
+"""One experiment's results, read from the workspace or from any revision or DVC experiment.
+
+An experiment is one method run once per seed (params `method`, `seeds`) with the pipeline's
+layout (`dvc.yaml`): per seed, `metrics/runs/<seed>/<suite>.json` and the train, refine and
+analysis records, the pair suites' `predictions/<seed>/<suite>.npz` and the training curves in
+`plots/runs/<seed>/`; and the reference rows in `metrics/reference/` and `metrics/tfidf/`.
+`load` reads them through a `Reader`: the files of a folder (`folder_reader`, what stage
+`summary` reads) or those of a revision (`revision_reader`: git for the committed files, the DVC
+cache or a remote for the outputs DVC keeps, such as the predictions).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sentemb.config import ConfigError, UserError, params_from, parse_yaml, run_plan
+from sentemb.evaluation.suites import SUITES
+
+Reader = Callable[[str], bytes]  # a path relative to the repository root -> the file's bytes
+RUNS, PREDICTIONS, CURVES = "metrics/runs", "predictions", "plots/runs"
+REFERENCE_DIR, TFIDF_DIR = "metrics/reference", "metrics/tfidf"
+RECORDS = ("train", "refine", "analysis")  # a run's metrics files besides its suites'
+CURVE_KINDS = ("loss", "dev")
+UNTRAINED, TFIDF = "untrained", "tfidf"  # the reference rows
+
+
+class MissingResults(UserError, FileNotFoundError):
+    """A file of an experiment's results is not where it is read."""
+
+
+@dataclass
+class Experiment:
+    """Everything the summary, the comparison and the leaderboard read of one experiment.
+
+    `files[i]` maps each suite and each of `RECORDS` to seed i's metrics file; `predictions[s][i]`
+    holds seed i's arrays of pair suite `s`; `curves` the seeds' loss and dev records,
+    concatenated; `singles` the reference rows' metrics per suite; `before` the untrained model's
+    analysis."""
+
+    label: str
+    params: dict[str, Any]
+    method: str
+    seeds: list[int]
+    files: list[dict[str, Any]]
+    predictions: dict[str, list[dict[str, np.ndarray]]]
+    curves: dict[str, list[dict]]
+    singles: dict[str, dict[str, Any]]
+    before: dict[str, Any]
+
+    def scores(self, row: str) -> dict[str, list[float]] | None:
+        """Per column of `row` (`sts`, `sts/repal`, ...), the score of each seed; None when a
+        seed lacks the row."""
+        suite, _, refinement = row.partition("/")
+        found = [f[suite].get(refinement) if refinement else f[suite] for f in self.files]
+        if any(values is None for values in found):
+            return None
+        columns = [c for c in SUITES[suite].columns if all(c in values for values in found)]
+        return {c: [float(values[c]) for values in found] for c in columns}
+
+
+def folder_reader(root: Path) -> Reader:
+    """The files under `root` (the workspace)."""
+
+    def read(path: str) -> bytes:
+        try:
+            return (root / path).read_bytes()
+        except FileNotFoundError as err:
+            raise MissingResults(
+                f"{root / path}: not found; `dvc repro` writes it (params: method, seeds)"
+            ) from err
+
+    return read
+
+
+def revision_reader(revision: str, repo: Path = Path(), label: str | None = None) -> Reader:
+    """The files of `revision` (a commit, branch or DVC experiment's commit; `label`: how the
+    user named it) of the repository at `repo`: committed files from git, DVC outputs from its
+    cache or, where configured, its default remote. One that neither has is an error saying
+    which `dvc` command gets it."""
+    from dvc.api import DVCFileSystem
+
+    fs = DVCFileSystem(str(repo), rev=revision)
+    name = label or revision
+
+    def read(path: str) -> bytes:
+        try:
+            return fs.read_bytes(path)
+        except Exception as err:  # missing from git and the cache, or DVC's own errors
+            raise MissingResults(
+                f"{name}:{path}: not in git, the DVC cache or a remote ({type(err).__name__});"
+                f" get it with `dvc pull` at that revision (a branch or commit: `git checkout"
+                f" {name} && dvc pull`; an experiment: `dvc exp pull <remote> {name}`), or run"
+                " that revision's pipeline again"
+            ) from err
+
+    return read
+
+
+def read_json(read: Reader, path: str) -> Any:
+    """A JSON file through `read`; one error naming it when it is not JSON."""
+    try:
+        return json.loads(read(path).decode("utf-8"))
+    except ValueError as err:
+        raise UserError(f"{path}: not valid JSON ({err}); it was damaged") from err
+
+
+def read_npz(read: Reader, path: str) -> dict[str, np.ndarray]:
+    """The arrays of an evaluate `--predictions` file through `read`."""
+    with np.load(io.BytesIO(read(path))) as archive:
+        return {name: archive[name] for name in archive.files}
+
+
+def load(read: Reader, label: str | None = None, params: dict | None = None) -> Experiment:
+    """The experiment `read` gives, run with `params` (default: its params.yaml), which say the
+    method and seeds; `label` names it in reports (default: its method). One error names the
+    first file that is missing."""
+    if params is None:
+        params = params_from(parse_yaml(read("params.yaml"), "params.yaml"), "params.yaml")
+    method, seeds = run_plan(params)
+    files = [
+        {name: read_json(read, f"{RUNS}/{seed}/{name}.json") for name in (*SUITES, *RECORDS)}
+        for seed in seeds
+    ]
+    predictions = {
+        suite: [read_npz(read, f"{PREDICTIONS}/{seed}/{suite}.npz") for seed in seeds]
+        for suite, declared in SUITES.items()
+        if declared.pairs
+    }
+    if "STSBenchmark/predicted" not in predictions["sts"][0]:
+        raise ConfigError("eval.sts.tasks: the cosine density plot needs STSBenchmark")
+    curves = {
+        kind: [p for seed in seeds for p in read_json(read, f"{CURVES}/{seed}/{kind}_curve.json")]
+        for kind in CURVE_KINDS
+    }
+    singles = {
+        row: {suite: read_json(read, f"{folder}/{suite}.json") for suite in SUITES}
+        for row, folder in ((UNTRAINED, REFERENCE_DIR), (TFIDF, TFIDF_DIR))
+    }
+    before = read_json(read, f"{REFERENCE_DIR}/analysis.json")
+    return Experiment(
+        label or method, params, method, seeds, files, predictions, curves, singles, before
+    )

@@ -1,0 +1,120 @@
+"""docs/faults.md cites a test for every row, and every test it cites exists.
+
+A row is `| when… | then… | test |`. Its test cell holds only citations, comma-separated:
+`tests/<path>.py::<name>` (a parametrized `<name>[<id>]` is checked by its name), `::<name>`
+for another test of the file cited before it in the cell, or a bare `tests/<path>.py`. A
+test renamed or removed fails `test_every_cited_test_exists`, naming the row's "when".
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "faults.md"
+HEADER = ["when…", "then…", "test"]
+CITATION = re.compile(r"(?P<path>tests/[\w/.-]+\.py)?(?:::(?P<name>\w+)(?:\[[^\]]+\])?)?")
+MENTION = re.compile(r"tests/[\w/.-]+\.py(?:::\w+)?")  # a citation anywhere on the page
+
+
+def table_rows(text: str) -> list[list[str]]:
+    """The cells of every table row below a header, the header and separators left out."""
+    rows = []
+    for line in text.splitlines():
+        if not line.startswith("|") or re.fullmatch(r"\|[-:| ]+\|", line):
+            continue
+        cells = [cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:-1]]
+        if cells != HEADER:
+            rows.append(cells)
+    return rows
+
+
+@cache
+def defined_tests(path: str) -> frozenset[str] | None:
+    """The test functions defined in `path` (module level or in a class); None if no file."""
+    file = ROOT / path
+    if not file.is_file():
+        return None
+    tree = ast.parse(file.read_text(encoding="utf-8"))
+    nodes = [*tree.body, *(n for c in tree.body if isinstance(c, ast.ClassDef) for n in c.body)]
+    functions = [n for n in nodes if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+    return frozenset(f.name for f in functions if f.name.startswith("test"))
+
+
+def cell_problems(cell: str) -> list[str]:
+    """What is wrong with a test cell: empty, text besides citations, or a citation of a file
+    or test that does not exist."""
+    tokens = re.findall(r"`([^`]*)`", cell)
+    if not tokens:
+        return ["cites no test"]
+    if re.sub(r"`[^`]*`", "", cell).strip(", "):
+        return [f"holds text besides citations: {cell!r}"]
+    problems, path = [], None
+    for token in tokens:
+        match = CITATION.fullmatch(token)
+        if not token or match is None or not (match["path"] or match["name"]):
+            problems.append(f"`{token}` is no citation of a test")
+            continue
+        if match["path"]:
+            path = match["path"]
+        if path is None:
+            problems.append(f"`{token}`: no file cited before it")
+        elif defined_tests(path) is None:
+            problems.append(f"`{token}`: no such file")
+        elif match["name"] and match["name"] not in defined_tests(path):
+            problems.append(f"`{token}`: {path} defines no test {match['name']}")
+    return problems
+
+
+def page_problems(text: str) -> list[str]:
+    """Each problem of the page, with the row (its "when") or the citation it concerns."""
+    problems, prose = [], [line for line in text.splitlines() if not line.startswith("|")]
+    for cells in table_rows(text):
+        if len(cells) != len(HEADER):
+            problems.append(f"{cells[0]}: {len(cells)} cells, not {len(HEADER)}")
+            continue
+        problems += [f"{cells[0]}: {problem}" for problem in cell_problems(cells[-1])]
+        prose += cells[:-1]
+    for mention in MENTION.findall("\n".join(prose)):  # tests named outside the test cells
+        path, _, name = mention.partition("::")
+        tests = defined_tests(path)
+        if tests is None or (name and name not in tests):
+            problems.append(f"{mention}: no such test")
+    return problems
+
+
+def test_every_row_cites_a_test() -> None:
+    rows = table_rows(PAGE.read_text(encoding="utf-8"))
+    assert len(rows) > 20, "docs/faults.md has lost its tables"
+    bare = [cells[0] for cells in rows if len(cells) != 3 or not cells[-1].strip("` ,")]
+    assert not bare, f"rows with no test: {bare}"
+
+
+def test_every_cited_test_exists() -> None:
+    problems = page_problems(PAGE.read_text(encoding="utf-8"))
+    assert not problems, "docs/faults.md:\n" + "\n".join(problems)
+
+
+def test_a_stale_citation_fails() -> None:
+    """The check catches a renamed test, a missing file, a `::name` with no file before it,
+    an empty test cell, text in it and a row with a cell too few."""
+    stale = [
+        "| a | b | `tests/test_docs.py::test_no_such_test` |",
+        "| a | b | `tests/no_such_file.py` |",
+        "| a | b | `tests/test_docs.py`, `::test_renamed[x]` |",
+        "| a | b | `::test_every_cited_test_exists` |",
+        "| a | b |  |",
+        "| a | b | see `tests/test_docs.py` |",
+        "| a | `tests/test_docs.py` |",
+        "See `tests/test_docs.py::test_gone`.",
+    ]
+    for line in stale:
+        assert page_problems(line), line
+    good = (
+        "| a | b | `tests/test_docs.py::test_a_stale_citation_fails`,"
+        " `::test_every_cited_test_exists[x]` |"
+    )
+    assert page_problems(good) == []
