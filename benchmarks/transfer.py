@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -41,6 +40,7 @@ from sentemb.evaluation.base import SentenceEncoder
 from sentemb.evaluation.encoders import load_encoder
 from sentemb.evaluation.transfer import TRANSFER_TASKS, TransferConfig, TransferEvaluator
 from sentemb.model_config import ModelConfig
+from sentemb.report.runs import revision_reader
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU_RUNS = {"amd": "4ac9f16", "amx": "1d8c4a5"}  # the default run on each CPU kind
@@ -71,20 +71,17 @@ class CachedEncoder:
         return np.stack([self.rows[s] for s in sentences])
 
 
-def committed(commit: str, run: str) -> dict[str, float]:
-    """A run's transfer.json at `commit`."""
-    path = f"metrics/runs/{run}/transfer.json"
-    show = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=ROOT, capture_output=True)
-    return json.loads(show.stdout)
-
-
 def thresholds(method: str, tasks: Sequence[str]) -> dict[str, dict[str, float]]:
     """Per task: `method`'s standard deviation over its seeds on the AMX run, the largest move of a
     method's 3-seed mean between the two CPU kinds, and the smaller of the two."""
-    runs = {
-        kind: {(m, s): committed(commit, f"{m}-{s}") for m in METHODS for s in SEEDS}
-        for kind, commit in CPU_RUNS.items()
-    }
+    runs = {}
+    for kind, commit in CPU_RUNS.items():  # the old layout: metrics/runs/<method>-<seed>/
+        read = revision_reader(commit, ROOT)
+        runs[kind] = {
+            (m, s): json.loads(read(f"metrics/runs/{m}-{s}/transfer.json"))
+            for m in METHODS
+            for s in SEEDS
+        }
     noise = {}
     for task in tasks:
         seed_std = statistics.stdev(runs["amx"][method, s][task] for s in SEEDS)
