@@ -210,7 +210,9 @@ def stale_stages(root: Path) -> dict[str, list[str]]:
     """Per stage of `root`'s dvc.yaml whose code or params differ from dvc.lock, what differs:
     the command, a params value, or a dep that no stage writes (source files, each hashed as DVC
     hashes it: md5 of the bytes, of the listing for a folder). Deps that are outputs of stages
-    (data, models, metrics: absent in a clean clone) are left out; they follow from these."""
+    (data, models, metrics: absent in a clean clone) are left out; they follow from these. An
+    entry of dvc.lock that no stage defines any more (a removed stage or seed: DVC keeps it) is
+    stale too."""
     from dvc.repo import Repo
 
     lock = yaml.safe_load((root / "dvc.lock").read_text()) if (root / "dvc.lock").exists() else {}
@@ -218,7 +220,8 @@ def stale_stages(root: Path) -> dict[str, list[str]]:
     with Repo(str(root)) as repo:
         stages = list(repo.index.stages)
         written = [PurePosixPath(out.def_path) for stage in stages for out in stage.outs]
-        stale: dict[str, list[str]] = {}
+        defined = {stage.name for stage in stages}
+        stale = {name: [REMOVED] for name in sorted(locked - defined)}
         for stage in stages:
             if stage.name not in locked:
                 stale[stage.name] = ["not in dvc.lock"]
@@ -236,6 +239,9 @@ def stale_stages(root: Path) -> dict[str, list[str]]:
             if changes:
                 stale[stage.name] = changes
     return stale
+
+
+REMOVED = "no stage of dvc.yaml: delete its entry from dvc.lock"
 
 
 def stale_report(stale: dict[str, list[str]]) -> str:
@@ -275,8 +281,8 @@ Path(sys.argv[2]).write_text(json.dumps({"n": len(Path(sys.argv[1]).read_text())
 @pytest.mark.slow
 def test_stale_lock_check_names_each_change(tmp_path: Path) -> None:
     """The check on a tiny pipeline: fresh after `dvc repro` even with the data outputs gone
-    (a clean clone); then a code edit, a params edit, a changed command and a new stage are each
-    reported with the stage they concern."""
+    (a clean clone); then a code edit, a params edit, a changed command, a new stage and a removed
+    one are each reported with the stage they concern."""
     env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
 
     def dvc(*args: str) -> None:
@@ -296,6 +302,7 @@ def test_stale_lock_check_names_each_change(tmp_path: Path) -> None:
                 "params": ["step.size"],
                 "metrics": [{"count.json": {"cache": False, "persist": True}}],
             },
+            "gone": {"cmd": "echo x > gone.txt", "outs": ["gone.txt"]},
         }
     }
     (tmp_path / "dvc.yaml").write_text(yaml.safe_dump(spec))
@@ -307,12 +314,15 @@ def test_stale_lock_check_names_each_change(tmp_path: Path) -> None:
     (tmp_path / "params.yaml").write_text("step:\n  size: 3\n  other: 4\n")
     spec["stages"]["make"]["cmd"] += " "
     spec["stages"]["new"] = {"cmd": "true", "deps": ["lib"], "outs": ["new.txt"]}
+    del spec["stages"]["gone"]
     (tmp_path / "dvc.yaml").write_text(yaml.safe_dump(spec))
     stale = stale_stages(tmp_path)
     assert stale == {
+        "gone": [REMOVED],
         "make": ["command changed"],
         "count": ["lib modified", "params.yaml step.size modified"],
         "new": ["not in dvc.lock"],
     }
     report = stale_report(stale)
-    assert "dvc.lock is stale for 3 stage(s)" in report and "  lib modified: count" in report
+    assert "dvc.lock is stale for 4 stage(s)" in report and "  lib modified: count" in report
+    assert f"  {REMOVED}: gone" in report
