@@ -260,10 +260,6 @@ def stale_report(stale: dict[str, list[str]]) -> str:
     return "\n".join(lines)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 35's refactor (from ca0c675) stales dvc.lock until its bit-identical rerun",
-)
 def test_lock_matches_code_and_params() -> None:
     """A change to a stage's code or params is committed with the dvc.lock it produces, so a
     fresh clone's `dvc repro` reuses the committed results instead of recomputing them."""
