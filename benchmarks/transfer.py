@@ -1,6 +1,6 @@
 """The transfer suite's classifiers: the default path against cold fits, judged by the noise.
 
-    python benchmarks/transfer.py --models models/simcse-42 models/simcse-43 models/simcse-44
+    python benchmarks/transfer.py --models models/42 models/43 models/44
     python benchmarks/transfer.py --models sentence-transformers/all-MiniLM-L6-v2 --tasks CR TREC
 
 Each model's transfer sentences are encoded once and cached in `--cache` (one npz per model and

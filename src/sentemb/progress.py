@@ -1,7 +1,7 @@
 """`dvc repro` with one progress line for the whole run (what `make repro` runs).
 
     python -m sentemb.progress                  # dvc repro
-    python -m sentemb.progress train@simcse-42  # any `dvc repro` arguments, passed on
+    python -m sentemb.progress train@42         # any `dvc repro` arguments, passed on
 
 Before DVC starts, the plan is worked out with DVC's own API, as `dvc repro` does it: the stages
 it visits (`plan_repro`, dependencies first) of which those that changed, and every one

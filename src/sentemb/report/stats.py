@@ -51,11 +51,6 @@ class CompareConfig:
         return problems
 
 
-def run_name(method: str, seed: int) -> str:
-    """The folder name of one run: `simcse-42` (dvc.yaml's matrix key)."""
-    return f"{method}-{seed}"
-
-
 def mean_std(values: Sequence[float]) -> dict[str, float]:
     """Mean and sample standard deviation (ddof 1; 0 for a single value) and the count."""
     array = np.asarray(values, dtype=np.float64)
