@@ -44,7 +44,8 @@ def experiment_ref(repo: Path, baseline: str, sha: str, name: str) -> None:
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """HEAD: simcse; experiments of it: sscl (same code), dclr (other code)."""
+    """HEAD: simcse; experiments of it: sscl (same code), dclr (other code), paser (other code,
+    its results in no cache: only its params and dvc.lock are read)."""
     repo = tmp_path_factory.mktemp("repo")
     env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t"}
     os.environ.update(env | {"GIT_COMMITTER_EMAIL": "t@t", "DVC_NO_ANALYTICS": "1"})
@@ -54,6 +55,11 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     experiment_ref(repo, base, commit(repo, "sscl", 3, "c1", "sscl"), "noisy-sscl")
     git(repo, "reset", "-q", "--hard", base)
     experiment_ref(repo, base, commit(repo, "dclr", 2, "c2", "dclr"), "old-dclr")
+    git(repo, "reset", "-q", "--hard", base)
+    commit(repo, "paser", 2, "c3", "paser")
+    git(repo, "rm", "-rq", "metrics", "predictions", "plots")
+    git(repo, "commit", "-qm", "paser's results gone")
+    experiment_ref(repo, base, git(repo, "rev-parse", "HEAD"), "gone-paser")
     git(repo, "reset", "-q", "--hard", base)
     return repo
 
@@ -105,9 +111,9 @@ def test_compare_says_which_dvc_command_gets_missing_predictions(
 
 
 def test_leaderboard_merges_the_rows_of_todays_code(repo: Path) -> None:
-    """HEAD's run and the experiment of the same code are rows, SimCSE first; the experiment of
-    other code is left out, named with the command that reruns it; a second call gives the
-    same leaderboard."""
+    """HEAD's run and the experiment of the same code are rows, SimCSE first; the experiments of
+    other code are left out, named with the command that reruns them, whether or not their data
+    are still there; a second call gives the same leaderboard."""
     done = python(repo, "sentemb.leaderboard")
     assert done.returncode == 0, done.stderr[-2000:]
     board = json.loads((repo / "reports" / "leaderboard.json").read_text())
@@ -115,7 +121,7 @@ def test_leaderboard_merges_the_rows_of_todays_code(repo: Path) -> None:
     sscl = board["rows"][1]
     assert sscl["experiment"] == "noisy-sscl" and sscl["params"] == {}
     assert sscl["versus"]["sts"]["significant"] and sscl["versus"]["sts"]["difference"] < 0
-    assert [s["label"] for s in board["stale"]] == ["dclr"]
+    assert [s["label"] for s in board["stale"]] == ["dclr", "paser"]
     assert board["stale"][0]["rerun"] == "dvc exp run --queue -S method=dclr"
     report = (repo / "reports" / "leaderboard.md").read_text()
     assert report.index("| simcse |") < report.index("| sscl |") < report.index("| untrained")

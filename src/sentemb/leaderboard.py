@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from sentemb.cli import Parser, run_stage
-from sentemb.config import UserError, parse_yaml, section
+from sentemb.config import UserError, params_from, parse_yaml, run_plan, section
 from sentemb.io import atomic_path, read_json, write_json
 from sentemb.registry import SUITES
 from sentemb.report.compare import compare
@@ -132,18 +132,20 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
     current = code(read_head, CHAIN, reference.seeds[0])
     rows: dict[str, tuple[Candidate, Experiment, dict[str, Any]]] = {}
     stale = []
-    for candidate in sorted(found, key=lambda c: c.created):
+    for candidate in sorted(found, key=lambda c: (c.created, c.commit)):
         read = revision_reader(candidate.commit, repo)
-        experiment = load(read, candidate.experiment or candidate.commit[:7])
-        if code(read, CHAIN, experiment.seeds[0]) != current:
+        ran = params_from(parse_yaml(read("params.yaml"), "params.yaml"), "params.yaml")
+        method, seeds = run_plan(ran)
+        if code(read, CHAIN, seeds[0]) != current:  # from git alone: its data may be gone
             stale.append(
                 {
-                    "label": experiment.method,
+                    "label": method,
                     "commit": candidate.commit,
-                    "rerun": f"dvc exp run --queue -S method={experiment.method}",
+                    "rerun": f"dvc exp run --queue -S method={method}",
                 }
             )
             continue
+        experiment = load(read, candidate.experiment or candidate.commit[:7], ran)
         params = differing(experiment.params, reference.params)
         rows[row_label(experiment, params)] = (candidate, experiment, params)
     experiments = {label: experiment for label, (_, experiment, _) in rows.items()}
@@ -172,7 +174,7 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
             for label, (candidate, experiment, params) in rows.items()
         ],
         "reference": averages,
-        "stale": stale,
+        "stale": sorted(stale, key=lambda s: (s["label"], s["commit"])),
     }
 
 
