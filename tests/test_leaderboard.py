@@ -45,7 +45,8 @@ def experiment_ref(repo: Path, baseline: str, sha: str, name: str) -> None:
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """HEAD: simcse; experiments of it: sscl (same code), dclr (other code), paser (other code,
-    its results in no cache: only its params and dvc.lock are read)."""
+    its results in no cache: only its params and dvc.lock are read), simcse (other code: HEAD's
+    row replaces it)."""
     repo = tmp_path_factory.mktemp("repo")
     env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t"}
     os.environ.update(env | {"GIT_COMMITTER_EMAIL": "t@t", "DVC_NO_ANALYTICS": "1"})
@@ -55,6 +56,8 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     experiment_ref(repo, base, commit(repo, "sscl", 3, "c1", "sscl"), "noisy-sscl")
     git(repo, "reset", "-q", "--hard", base)
     experiment_ref(repo, base, commit(repo, "dclr", 2, "c2", "dclr"), "old-dclr")
+    git(repo, "reset", "-q", "--hard", base)
+    experiment_ref(repo, base, commit(repo, "simcse", 2, "c2", "old simcse"), "old-simcse")
     git(repo, "reset", "-q", "--hard", base)
     commit(repo, "paser", 2, "c3", "paser")
     git(repo, "rm", "-rq", "metrics", "predictions", "plots")
@@ -112,8 +115,9 @@ def test_compare_says_which_dvc_command_gets_missing_predictions(
 
 def test_leaderboard_merges_the_rows_of_todays_code(repo: Path) -> None:
     """HEAD's run and the experiment of the same code are rows, SimCSE first; the experiments of
-    other code are left out, named with the command that reruns them, whether or not their data
-    are still there; a second call gives the same leaderboard."""
+    other code are left out, named with the command that reruns them (unless a row of their
+    method is there), whether or not their data are still there; a second call gives the same
+    leaderboard."""
     done = python(repo, "sentemb.leaderboard")
     assert done.returncode == 0, done.stderr[-2000:]
     board = json.loads((repo / "reports" / "leaderboard.json").read_text())

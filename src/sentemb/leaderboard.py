@@ -149,6 +149,7 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
         params = differing(experiment.params, reference.params)
         rows[row_label(experiment, params)] = (candidate, experiment, params)
     experiments = {label: experiment for label, (_, experiment, _) in rows.items()}
+    current_methods = {experiment.method for experiment in experiments.values()}
     config = section(reference.params, "compare", CompareConfig)
     versus = compare(experiments, BASELINE, config) if BASELINE in experiments else {}
     singles = headline(reference)
@@ -174,7 +175,10 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
             for label, (candidate, experiment, params) in rows.items()
         ],
         "reference": averages,
-        "stale": sorted(stale, key=lambda s: (s["label"], s["commit"])),
+        "stale": sorted(
+            (s for s in stale if s["label"] not in current_methods),  # else a row replaces it
+            key=lambda s: (s["label"], s["commit"]),
+        ),
     }
 
 
