@@ -132,7 +132,7 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
     current = code(read_head, CHAIN, reference.seeds[0])
     rows: dict[str, tuple[Candidate, Experiment, dict[str, Any]]] = {}
     stale = []
-    for candidate in sorted(found, key=lambda c: (c.created, c.commit)):
+    for candidate in sorted(found, key=lambda c: (c.created, c.experiment is not None, c.commit)):
         read = revision_reader(candidate.commit, repo)
         ran = params_from(parse_yaml(read("params.yaml"), "params.yaml"), "params.yaml")
         method, seeds = run_plan(ran)
