@@ -128,7 +128,7 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
     found = candidates(repo, listed)
     head = next(c for c in found if c.experiment is None and c.commit == _head(repo))
     read_head = revision_reader(head.commit, repo)
-    reference = load(read_head, "HEAD")
+    reference = load(read_head, head.commit[:7])  # also HEAD's row: loaded once
     current = code(read_head, CHAIN, reference.seeds[0])
     rows: dict[str, tuple[Candidate, Experiment, dict[str, Any]]] = {}
     stale = []
@@ -145,7 +145,11 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
                 }
             )
             continue
-        experiment = load(read, candidate.experiment or candidate.commit[:7], ran)
+        experiment = (
+            reference
+            if candidate is head
+            else load(read, candidate.experiment or candidate.commit[:7], ran)
+        )
         params = differing(experiment.params, reference.params)
         rows[row_label(experiment, params)] = (candidate, experiment, params)
     experiments = {label: experiment for label, (_, experiment, _) in rows.items()}
