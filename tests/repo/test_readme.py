@@ -247,3 +247,13 @@ def test_benchmarks_eval_compute_is_its_json(monkeypatch: pytest.MonkeyPatch) ->
     expected = script["table"](result)
     readme = (REPO / "benchmarks" / "README.md").read_text(encoding="utf-8")
     assert expected in readme, f"benchmarks/README.md lacks the compute table:\n{expected}"
+
+
+def test_benchmarks_gpu_table_is_its_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    """benchmarks/README.md's GPU table is `benchmarks/gpu.py`'s on its JSON."""
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # it imports train_step beside it
+    script = runpy.run_path(str(REPO / "benchmarks" / "gpu.py"))
+    result = json.loads((REPO / "benchmarks" / "gpu_bert_base.json").read_text(encoding="utf-8"))
+    expected = script["table"](result)
+    readme = (REPO / "benchmarks" / "README.md").read_text(encoding="utf-8")
+    assert expected in readme, f"benchmarks/README.md lacks the GPU table:\n{expected}"
