@@ -2,8 +2,8 @@
 
 The protocol is SentEval's (Conneau & Kiela, "SentEval: An Evaluation Toolkit for Universal
 Sentence Representations", LREC 2018) with its scikit-learn classifier (``usepytorch=False``):
-an L2-regularised `LogisticRegression` on the raw, unscaled sentence vectors, its inverse
-strength C picked from a grid, as in `senteval/tools/validation.py`:
+an L2-regularised `LogisticRegression` on the unscaled sentence vectors, its inverse strength C
+picked from a grid, as in `senteval/tools/validation.py`:
 
 - MR, CR, SUBJ, MPQA (one labelled set): nested cross-validation. The outer `kfold` stratified
   folds give the test accuracies, which are averaged; in each outer training fold, an inner
@@ -27,15 +27,28 @@ C >= 16 takes up to ~130 iterations on MiniLM vectors and ~600 on SimCSE's; MRPC
 
 Each CV fold's C grid is one job, fitted on one thread; a task's jobs go to `n_jobs` workers in
 one `Parallel` call (for MR, CR, SUBJ and MPQA every outer x inner fold at once), then the refits
-at the chosen C in a second. By default (`warm_start: true`, issue 34) each fold's grid is fitted
-as a regularisation path along increasing C, each fit starting from the previous C's solution (as
-scikit-learn's `LogisticRegressionCV` does): about a third of the lbfgs work of cold fits, not
-bit-identical, since lbfgs stops within its tolerance at another point near the same optimum and a
-few predictions near the boundary, and near-ties between two C values, go the other way. On three
-SimCSE seeds every task's mean moved by less than the protocol's own noise (docs/protocol.md;
-`benchmarks/transfer.py`). `warm_start: false` fits each C cold: the results of `GridSearchCV`
-inside `cross_validate` bit for bit, and the numbers committed before issue 34. On float32 vectors
-scikit-learn's lbfgs computes in float32 (the input's dtype).
+at the chosen C in a second. Three defaults (issue 34) bring lbfgs nearer the same optimum in
+fewer steps; none is bit-identical to the cold fits, since lbfgs stops within its tolerance at
+another point near the optimum, and a few predictions near the boundary, and near-ties between
+two C values, go the other way. Each is judged by the protocol's own noise against the exact
+optimum (docs/protocol.md; `benchmarks/transfer.py`):
+
+- `center: true`: dense vectors pass a step that subtracts the mean of the rows the model is
+  fitted on (`StandardScaler(with_std=False)`; the scored rows are shifted by the same mean). The
+  intercept is not penalised, so this is the same regression: the optimum keeps its weights w, its
+  intercept becomes b + w.mu, its predictions stay. Sentence vectors lie far from the origin,
+  which leaves lbfgs an ill-conditioned problem, and centring it takes several times fewer
+  iterations. Sparse vectors (TF-IDF) are left as they are: centring would make them dense.
+- `warm_start: true`: each fold's grid is fitted as a regularisation path along increasing C,
+  each fit starting from the previous C's solution (as scikit-learn's `LogisticRegressionCV`).
+- `tol: 1e-5` (scikit-learn's default is 1e-4): lbfgs stops when no gradient entry exceeds it.
+  At 1e-4 a warm-started fit at a large C stops at once, since the penalty's gradient there is
+  below the tolerance, so the path keeps the smaller C's solution.
+
+`warm_start: false`, `center: false` and `tol: 1e-4` fit each C cold on the vectors as they are:
+the results of `GridSearchCV` inside `cross_validate` bit for bit, and the numbers committed
+before issue 34. On float32 vectors scikit-learn's lbfgs computes in float32 (the input's dtype;
+the centring step keeps it).
 """
 
 from __future__ import annotations
@@ -52,6 +65,8 @@ from joblib import Parallel, delayed
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import f1_score
 from sklearn.model_selection import StratifiedKFold
+from sklearn.pipeline import Pipeline, make_pipeline
+from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
 from sentemb.config import Count, Positive, Range, Seed
@@ -79,8 +94,9 @@ Folds = Annotated[int, Range(2)]  # cross-validation needs two folds
 
 @dataclass
 class TransferConfig:
-    """Params section `eval.transfer`; the defaults are SentEval's with ``kfold: 10``, but for the
-    warm-started C paths (``warm_start``, issue 34)."""
+    """Params section `eval.transfer`; the defaults are SentEval's with ``kfold: 10``, but for
+    issue 34's warm-started C paths (``warm_start``), centred vectors (``center``) and lbfgs
+    tolerance (``tol``)."""
 
     kfold: Folds = 10  # outer folds of MR/CR/SUBJ/MPQA; CV folds on TREC's and MRPC's train
     inner_kfold: Folds = 10  # folds that pick C inside each outer fold (SentEval: same as kfold)
@@ -90,9 +106,11 @@ class TransferConfig:
     n_jobs: Count = 2  # fits run side by side, each on one thread
     solver: str = "lbfgs"
     max_iter: Count = 1000
+    tol: Positive = 1e-5  # lbfgs stops when no gradient entry exceeds it (scikit-learn: 1e-4)
     tasks: list[str] = field(default_factory=lambda: list(TRANSFER_TASKS))
     mrpc_features: Literal["full", "senteval"] = "full"  # [u, v, |u-v|, u*v] | [|u-v|, u*v]
     warm_start: bool = True  # each fold's C grid as a warm-started path; false: cold fits
+    center: bool = True  # dense vectors centred on the training rows' mean; false: as they are
 
     def validate(self) -> list[str]:
         problems = [
@@ -118,17 +136,30 @@ class NestedCVResult(NamedTuple):
     chosen: list[float]
 
 
+Classifier = LogisticRegression | Pipeline  # the regression, or it behind the centring step
+
+
 def logistic_regression(
-    config: TransferConfig, C: float = 1.0, warm_start: bool = False
-) -> LogisticRegression:
-    """SentEval's classifier: L2 logistic regression with a fixed `random_state`."""
-    return LogisticRegression(
+    config: TransferConfig, C: float = 1.0, warm_start: bool = False, dense: bool = True
+) -> Classifier:
+    """SentEval's classifier: L2 logistic regression with a fixed `random_state`; with `center`
+    and `dense` vectors, behind a step that subtracts the training rows' mean."""
+    model = LogisticRegression(
         C=C,
         solver=config.solver,
         max_iter=config.max_iter,
+        tol=config.tol,
         random_state=config.seed,
         warm_start=warm_start,
     )
+    if config.center and dense:
+        return make_pipeline(StandardScaler(with_std=False), model)
+    return model
+
+
+def regression(model: Classifier) -> LogisticRegression:
+    """The logistic regression of `model` (its C, coef_ and intercept_)."""
+    return model[-1] if isinstance(model, Pipeline) else model
 
 
 def _folds(k: int, config: TransferConfig) -> StratifiedKFold:
@@ -147,20 +178,21 @@ def _path_scores(
     the fold's rows taken once; with `warm_start`, fitted along increasing C, each fit starting
     from the previous C's solution (the regularisation path of `LogisticRegressionCV`)."""
     X_train, y_train, X_test, y_test = X[train], y[train], X[test], y[test]
-    model = logistic_regression(config, warm_start=config.warm_start)
+    model = logistic_regression(config, warm_start=config.warm_start, dense=not sp.issparse(X))
     scores = np.empty(len(regs))
     with threadpool_limits(limits=1):
         for i in np.argsort(regs, kind="stable"):
-            scores[i] = model.set_params(C=regs[i]).fit(X_train, y_train).score(X_test, y_test)
+            regression(model).set_params(C=regs[i])
+            scores[i] = model.fit(X_train, y_train).score(X_test, y_test)
     return scores
 
 
 def _fit(
     X: Embeddings, y: np.ndarray, rows: np.ndarray | slice, C: float, config: TransferConfig
-) -> LogisticRegression:
+) -> Classifier:
     """A cold fit on the `rows` of `X` at `C`, on one thread."""
     with threadpool_limits(limits=1):
-        return logistic_regression(config, C).fit(X[rows], y[rows])
+        return logistic_regression(config, C, dense=not sp.issparse(X)).fit(X[rows], y[rows])
 
 
 def _best(scores: Sequence[np.ndarray]) -> tuple[int, float]:
@@ -205,7 +237,7 @@ def nested_cv(X: Embeddings, y: np.ndarray, config: TransferConfig) -> NestedCVR
 
 def cv_select(
     X_train: Embeddings, y_train: np.ndarray, config: TransferConfig
-) -> tuple[LogisticRegression, float]:
+) -> tuple[Classifier, float]:
     """TREC, MRPC: C by `kfold` CV on train (SentEval's `KFoldClassifier`); the model refit on all
     of train and the CV accuracy x 100 of its C."""
     folds = _folds(config.kfold, config).split(X_train, y_train)
@@ -225,7 +257,7 @@ def dev_select(
     X_dev: Embeddings,
     y_dev: np.ndarray,
     config: TransferConfig,
-) -> tuple[LogisticRegression, float]:
+) -> tuple[Classifier, float]:
     """SST2: C by dev accuracy over `regs` (SentEval's `SplitClassifier`); the model trained on
     train alone and its dev accuracy x 100. Ties go to the first C of the grid."""
     models = Parallel(n_jobs=config.n_jobs)(
