@@ -260,11 +260,6 @@ def stale_report(stale: dict[str, list[str]]) -> str:
     return "\n".join(lines)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 34's transfer classifier (centred vectors, lbfgs tol 1e-5) stales dvc.lock "
-    "until the default run's rerun",
-)
 def test_lock_matches_code_and_params() -> None:
     """A change to a stage's code or params is committed with the dvc.lock it produces, so a
     fresh clone's `dvc repro` reuses the committed results instead of recomputing them."""

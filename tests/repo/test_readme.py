@@ -239,21 +239,16 @@ def test_benchmarks_floor_is_its_json(monkeypatch: pytest.MonkeyPatch) -> None:
     assert expected in readme, f"benchmarks/README.md lacks the compute floor:\n{expected}"
 
 
-def test_benchmarks_eval_compute_is_its_json(monkeypatch: pytest.MonkeyPatch) -> None:
-    """benchmarks/README.md's compute table is `benchmarks/eval_compute.py`'s on its JSON."""
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # it imports train_step beside it
-    script = runpy.run_path(str(REPO / "benchmarks" / "eval_compute.py"))
-    result = json.loads((REPO / "benchmarks" / "eval_compute.json").read_text(encoding="utf-8"))
-    expected = script["table"](result)
+@pytest.mark.parametrize(
+    ("script", "result"),
+    [("eval_compute.py", "eval_compute.json"), ("gpu.py", "gpu_bert_base.json")],
+)
+def test_benchmarks_table_is_its_json(
+    monkeypatch: pytest.MonkeyPatch, script: str, result: str
+) -> None:
+    """benchmarks/README.md's compute table and GPU table are their scripts' on their JSON."""
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # they import train_step beside them
+    table = runpy.run_path(str(REPO / "benchmarks" / script))["table"]
+    expected = table(json.loads((REPO / "benchmarks" / result).read_text(encoding="utf-8")))
     readme = (REPO / "benchmarks" / "README.md").read_text(encoding="utf-8")
-    assert expected in readme, f"benchmarks/README.md lacks the compute table:\n{expected}"
-
-
-def test_benchmarks_gpu_table_is_its_json(monkeypatch: pytest.MonkeyPatch) -> None:
-    """benchmarks/README.md's GPU table is `benchmarks/gpu.py`'s on its JSON."""
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # it imports train_step beside it
-    script = runpy.run_path(str(REPO / "benchmarks" / "gpu.py"))
-    result = json.loads((REPO / "benchmarks" / "gpu_bert_base.json").read_text(encoding="utf-8"))
-    expected = script["table"](result)
-    readme = (REPO / "benchmarks" / "README.md").read_text(encoding="utf-8")
-    assert expected in readme, f"benchmarks/README.md lacks the GPU table:\n{expected}"
+    assert expected in readme, f"benchmarks/README.md lacks {script}'s table:\n{expected}"
