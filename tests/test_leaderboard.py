@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -130,6 +131,36 @@ def test_leaderboard_merges_the_rows_of_todays_code(repo: Path) -> None:
     report = (repo / "reports" / "leaderboard.md").read_text()
     assert report.index("| simcse |") < report.index("| sscl |") < report.index("| untrained")
     assert "dclr at " in done.stderr and "ran other stage code: left out" in done.stderr
+    assert "## Left out (not from this code: rerun them)" in report
     again = python(repo, "sentemb.leaderboard")
     assert again.returncode == 0
     assert json.loads((repo / "reports" / "leaderboard.json").read_text()) == board
+
+
+def test_a_row_whose_commit_is_gone_stays_named_until_rerun(repo: Path, tmp_path: Path) -> None:
+    """A listed row whose commit git no longer has (an experiment of another clone) is left out
+    with that reason and its rerun command, on every later call, until a row of its method
+    replaces it."""
+    clone = tmp_path / "repo"
+    shutil.copytree(repo, clone)
+    board = clone / "reports" / "leaderboard.json"
+    assert python(clone, "sentemb.leaderboard").returncode == 0
+    listed = json.loads(board.read_text())
+    gone = dict(listed["rows"][1], method="iscse", label="iscse", commit="0" * 40)
+    sscl = dict(listed["rows"][1], commit="1" * 40)  # its method has a row: replaced
+    board.write_text(json.dumps(listed | {"rows": [*listed["rows"], gone, sscl]}))
+    for _ in range(2):
+        done = python(clone, "sentemb.leaderboard")
+        assert done.returncode == 0, done.stderr[-2000:]
+        stale = json.loads(board.read_text())["stale"]
+        assert [s["label"] for s in stale] == ["dclr", "iscse", "paser"]
+        assert stale[1] == {
+            "label": "iscse",
+            "commit": "0" * 40,
+            "reason": "its commit is not in this repository",
+            "rerun": "dvc exp run --queue -S method=iscse",
+        }
+        assert (
+            "iscse at 0000000: its commit is not in this repository; `dvc exp"
+            in (clone / "reports" / "leaderboard.md").read_text()
+        )

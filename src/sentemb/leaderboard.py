@@ -10,8 +10,9 @@ commit it ran at, the params that differ from this revision's and the corpus it 
 the reference rows (the untrained model, TF-IDF) of this revision. Rows are merged from HEAD
 (its committed run), every DVC experiment of any commit and the rows the leaderboard already
 lists. Every row comes from the same stage code as this revision (the code files its dvc.lock
-records for train, refine, evaluate and analyze): a row of other code is left out, and named
-with the command that reruns it. Of two rows of one method and params, the later run is kept.
+records for train, refine, evaluate and analyze): a row of other code, or of a commit git no
+longer has, is left out and named with the command that reruns it, until a row of its method
+replaces it. Of two rows of one method and params, the later run is kept.
 """
 
 from __future__ import annotations
@@ -69,11 +70,19 @@ def code(read: Reader, stages: tuple[str, ...], seed: int | None) -> str:
     return hashlib.sha256(json.dumps(sorted(entries)).encode()).hexdigest()
 
 
-def candidates(repo: Path, listed: list[dict[str, Any]]) -> list[Candidate]:
-    """HEAD, every DVC experiment of any commit, and the commits of the rows listed before."""
+def left_out(method: str, commit: str, reason: str) -> dict[str, str]:
+    """A run that is not a row: its method, commit, why, and the command that reruns it."""
+    rerun = f"dvc exp run --queue -S method={method}"
+    return {"label": method, "commit": commit, "reason": reason, "rerun": rerun}
+
+
+def candidates(repo: Path, listed: dict[str, str]) -> tuple[list[Candidate], list[dict]]:
+    """HEAD, every DVC experiment of any commit and the commits listed before (commit: method);
+    and the listed runs whose commit git no longer has, left out."""
     from dvc.repo import Repo
 
     found: dict[str, Candidate] = {}
+    gone = []
     with Repo(str(repo)) as dvc:
         head = dvc.scm.get_rev()
         names = {
@@ -81,14 +90,14 @@ def candidates(repo: Path, listed: list[dict[str, Any]]) -> list[Candidate]:
             for experiments in dvc.experiments.ls(all_commits=True).values()
             for name, sha in experiments
         }
-        for sha in [head, *names, *(row["commit"] for row in listed)]:
+        for sha in [head, *names, *listed]:
             try:
                 created = dvc.scm.resolve_commit(sha).commit_time
-            except Exception:  # a listed row's commit that git no longer has
-                log.warning("%s: not in this repository any more; its row is dropped", sha)
+            except Exception:  # a listed run's commit that git no longer has
+                gone.append(left_out(listed[sha], sha, "its commit is not in this repository"))
                 continue
             found[sha] = Candidate(sha, names.get(sha), created)
-    return list(found.values())
+    return list(found.values()), gone
 
 
 def differing(params: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:
@@ -124,26 +133,21 @@ def trained_on(experiment: Experiment) -> str:
 
 def build(repo: Path, out: Path) -> dict[str, Any]:
     """The leaderboard's JSON (rows merged as the module says)."""
-    listed = read_json(out)["rows"] if out.is_file() else []
-    found = candidates(repo, listed)
+    before = read_json(out) if out.is_file() else {"rows": [], "stale": []}
+    listed = {r["commit"]: r["method"] for r in before["rows"]}
+    listed |= {s["commit"]: s["label"] for s in before["stale"]}
+    found, stale = candidates(repo, listed)
     head = next(c for c in found if c.experiment is None and c.commit == _head(repo))
     read_head = revision_reader(head.commit, repo)
     reference = load(read_head, head.commit[:7])  # also HEAD's row: loaded once
     current = code(read_head, CHAIN, reference.seeds[0])
     rows: dict[str, tuple[Candidate, Experiment, dict[str, Any]]] = {}
-    stale = []
     for candidate in sorted(found, key=lambda c: (c.created, c.experiment is not None, c.commit)):
         read = revision_reader(candidate.commit, repo)
         ran = params_from(parse_yaml(read("params.yaml"), "params.yaml"), "params.yaml")
         method, seeds = run_plan(ran)
         if code(read, CHAIN, seeds[0]) != current:  # from git alone: its data may be gone
-            stale.append(
-                {
-                    "label": method,
-                    "commit": candidate.commit,
-                    "rerun": f"dvc exp run --queue -S method={method}",
-                }
-            )
+            stale.append(left_out(method, candidate.commit, "ran other stage code"))
             continue
         experiment = (
             reference
@@ -208,9 +212,10 @@ def main() -> None:
         tmp.write_text(leaderboard(board), encoding="utf-8")
     for row in board["stale"]:
         log.warning(
-            "%s at %s ran other stage code: left out; rerun it: %s",
+            "%s at %s: %s: left out; rerun it: %s",
             row["label"],
             row["commit"][:7],
+            row["reason"],
             row["rerun"],
         )
     log.info("%d row(s): %s", len(board["rows"]), args.report)

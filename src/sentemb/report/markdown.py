@@ -322,10 +322,10 @@ def leaderboard(board: Mapping[str, Any]) -> str:
     ]
     if board["stale"]:
         stale = [
-            f"- {s['label']} at {s['commit'][:7]}: other stage code; `{s['rerun']}`"
+            f"- {s['label']} at {s['commit'][:7]}: {s['reason']}; `{s['rerun']}`"
             for s in board["stale"]
         ]
-        parts += ["## Left out (run at other stage code)", "\n".join(stale)]
+        parts += ["## Left out (not from this code: rerun them)", "\n".join(stale)]
     return "\n\n".join(parts) + "\n"
 
 
