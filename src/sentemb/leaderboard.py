@@ -76,7 +76,7 @@ def left_out(method: str, commit: str, reason: str) -> dict[str, str]:
     return {"label": method, "commit": commit, "reason": reason, "rerun": rerun}
 
 
-def candidates(repo: Path, listed: dict[str, str]) -> tuple[list[Candidate], list[dict]]:
+def candidates(repo: Path, listed: dict[str, str]) -> tuple[list[Candidate], list[dict[str, str]]]:
     """HEAD, every DVC experiment of any commit and the commits listed before (commit: method);
     and the listed runs whose commit git no longer has, left out."""
     from dvc.repo import Repo
@@ -133,9 +133,9 @@ def trained_on(experiment: Experiment) -> str:
 
 def build(repo: Path, out: Path) -> dict[str, Any]:
     """The leaderboard's JSON (rows merged as the module says)."""
-    before = read_json(out) if out.is_file() else {"rows": [], "stale": []}
-    listed = {r["commit"]: r["method"] for r in before["rows"]}
-    listed |= {s["commit"]: s["label"] for s in before["stale"]}
+    before = read_json(out) if out.is_file() else {}
+    listed = {r["commit"]: r["method"] for r in before.get("rows", [])}
+    listed |= {s["commit"]: s["label"] for s in before.get("stale", [])}
     found, stale = candidates(repo, listed)
     head = next(c for c in found if c.experiment is None and c.commit == _head(repo))
     read_head = revision_reader(head.commit, repo)
