@@ -13,7 +13,8 @@ rotate which side runs first), `TransferEvaluator` runs with four `eval.transfer
 * paths: `center: false`, `tol` 1e-4, the warm-started C paths alone (issue 34's first default);
 * default: the params' `eval.transfer`;
 * exact: cold fits of the centred vectors at `tol` 1e-8 (`max_iter` 20,000): the optimum of the
-  same regression, which the other two approach to lbfgs's default tolerance, 1e-4.
+  same regression, which the other three approach to their tolerance (1e-4, 1e-4 and the
+  default's).
 
 All run serially (`n_jobs: 1`), so their CPU seconds are the classifiers' work, which other jobs
 on a shared machine disturb far less than wall-clock time.
@@ -167,7 +168,7 @@ def main() -> None:
             seconds[name][task] = {side: [] for side in sides}
             for round_ in range(args.rounds):
                 order = list(sides)
-                for side in order[round_ % 3 :] + order[: round_ % 3]:
+                for side in order[round_ % len(order) :] + order[: round_ % len(order)]:
                     task_config = replace(sides[side], tasks=[task])
                     started = time.process_time()
                     result = TransferEvaluator(args.data, model.batch_size, task_config)(encoder)

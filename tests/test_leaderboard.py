@@ -140,7 +140,7 @@ def test_leaderboard_merges_the_rows_of_todays_code(repo: Path) -> None:
 def test_a_row_whose_commit_is_gone_stays_named_until_rerun(repo: Path, tmp_path: Path) -> None:
     """A listed row whose commit git no longer has (an experiment of another clone) is left out
     with that reason and its rerun command, on every later call, until a row of its method
-    replaces it."""
+    replaces it; a method is left out once."""
     clone = tmp_path / "repo"
     shutil.copytree(repo, clone)
     board = clone / "reports" / "leaderboard.json"
@@ -148,12 +148,14 @@ def test_a_row_whose_commit_is_gone_stays_named_until_rerun(repo: Path, tmp_path
     listed = json.loads(board.read_text())
     gone = dict(listed["rows"][1], method="iscse", label="iscse", commit="0" * 40)
     sscl = dict(listed["rows"][1], commit="1" * 40)  # its method has a row: replaced
-    board.write_text(json.dumps(listed | {"rows": [*listed["rows"], gone, sscl]}))
+    paser = dict(gone, method="paser", label="paser", commit="2" * 40)  # one of paser's two
+    board.write_text(json.dumps(listed | {"rows": [*listed["rows"], gone, sscl, paser]}))
     for _ in range(2):
         done = python(clone, "sentemb.leaderboard")
         assert done.returncode == 0, done.stderr[-2000:]
         stale = json.loads(board.read_text())["stale"]
         assert [s["label"] for s in stale] == ["dclr", "iscse", "paser"]
+        assert stale[2]["reason"] == "ran other stage code"  # its run still here wins
         assert stale[1] == {
             "label": "iscse",
             "commit": "0" * 40,

@@ -93,8 +93,11 @@ def candidates(repo: Path, listed: dict[str, str]) -> tuple[list[Candidate], lis
         for sha in [head, *names, *listed]:
             try:
                 created = dvc.scm.resolve_commit(sha).commit_time
-            except Exception:  # a listed run's commit that git no longer has
-                gone.append(left_out(listed[sha], sha, "its commit is not in this repository"))
+            except Exception:  # a commit git no longer has (or an experiment's unresolvable)
+                if sha in listed:
+                    gone.append(left_out(listed[sha], sha, "its commit is not in this repository"))
+                else:
+                    log.warning("%s: no such commit; skipped", sha)
                 continue
             found[sha] = Candidate(sha, names.get(sha), created)
     return list(found.values()), gone
@@ -136,12 +139,13 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
     before = read_json(out) if out.is_file() else {}
     listed = {r["commit"]: r["method"] for r in before.get("rows", [])}
     listed |= {s["commit"]: s["label"] for s in before.get("stale", [])}
-    found, stale = candidates(repo, listed)
+    found, gone = candidates(repo, listed)
     head = next(c for c in found if c.experiment is None and c.commit == _head(repo))
     read_head = revision_reader(head.commit, repo)
     reference = load(read_head, head.commit[:7])  # also HEAD's row: loaded once
     current = code(read_head, CHAIN, reference.seeds[0])
     rows: dict[str, tuple[Candidate, Experiment, dict[str, Any]]] = {}
+    stale = []
     for candidate in sorted(found, key=lambda c: (c.created, c.experiment is not None, c.commit)):
         read = revision_reader(candidate.commit, repo)
         ran = params_from(parse_yaml(read("params.yaml"), "params.yaml"), "params.yaml")
@@ -183,9 +187,9 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
             for label, (candidate, experiment, params) in rows.items()
         ],
         "reference": averages,
-        "stale": sorted(
-            (s for s in stale if s["label"] not in current_methods),  # else a row replaces it
-            key=lambda s: (s["label"], s["commit"]),
+        "stale": sorted(  # one per method without a row: of runs still here, the latest
+            {s["label"]: s for s in [*gone, *stale] if s["label"] not in current_methods}.values(),
+            key=lambda s: s["label"],
         ),
     }
 

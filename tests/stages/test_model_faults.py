@@ -39,14 +39,15 @@ class Requests(socketserver.BaseRequestHandler):
     def handle(self) -> None:
         self.request.settimeout(10)
         line = self.request.recv(4096).split(b"\r\n")[0].decode("ascii", "replace")
-        self.server.requests.append(line)  # type: ignore[attr-defined]
+        if line:  # a connection that asks nothing is no request
+            self.server.requests.append(line)  # type: ignore[attr-defined]
 
 
 class RefusingHub(socketserver.ThreadingTCPServer):
     """A local hub endpoint that answers no request, recording each request line: a client that
     retries asks more than once."""
 
-    daemon_threads = True
+    daemon_threads = False  # server_close() joins the handlers: every request is recorded
 
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), Requests)
@@ -147,18 +148,26 @@ def load_in_process(
     """Load `name` in a new process with `cache` as the Hugging Face cache and a hub endpoint that
     answers nothing (online mode unless `offline`); and the requests the hub received but
     `/api/agent-harnesses` (huggingface_hub asks it once per process)."""
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    env = {  # no proxy: the requests go to the fake hub
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE") and not k.lower().endswith("_proxy")
     }
     with RefusingHub() as hub:
         threading.Thread(target=hub.serve_forever, daemon=True).start()
         env |= {"HF_HUB_CACHE": str(cache), "HF_ENDPOINT": hub.url}
         if offline:
             env["HF_HUB_OFFLINE"] = "1"
-        done = subprocess.run(
-            [sys.executable, "-c", LOAD, name], env=env, capture_output=True, text=True, timeout=300
-        )
-        hub.shutdown()
+        try:
+            done = subprocess.run(
+                [sys.executable, "-c", LOAD, name],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+        finally:
+            hub.shutdown()
     return done, [r for r in hub.requests if " /api/agent-harnesses " not in r]
 
 
