@@ -166,8 +166,8 @@ def main() -> None:
             encoder = CachedEncoder(cache / f"{task}.npz", load)
             encode_only(task, encoder, args.data, model.batch_size)
             seconds[name][task] = {side: [] for side in sides}
+            order = list(sides)
             for round_ in range(args.rounds):
-                order = list(sides)
                 for side in order[round_ % len(order) :] + order[: round_ % len(order)]:
                     task_config = replace(sides[side], tasks=[task])
                     started = time.process_time()
@@ -191,7 +191,7 @@ def summarise(
     each side's distance from the exact optimum, the noise and the verdict."""
     noise = thresholds(args.method, args.tasks)
     noise["avg"] = {"threshold": AVERAGE_BOUND}
-    sides = ("cold", "paths", "default", "exact")
+    sides = list(next(iter(results.values())))  # main's, in its order
     means, moves, from_exact, verdicts = {}, {}, {}, {}
     for key in [*args.tasks, "avg"]:
         means[key] = {
@@ -202,7 +202,7 @@ def summarise(
             for side in sides
         }
         moves[key] = means[key]["default"] - means[key]["cold"]
-        from_exact[key] = {side: means[key][side] - means[key]["exact"] for side in sides[:3]}
+        from_exact[key] = {s: means[key][s] - means[key]["exact"] for s in sides if s != "exact"}
         bound = noise[key]["threshold"]
         cold, default = abs(from_exact[key]["cold"]), abs(from_exact[key]["default"])
         if abs(moves[key]) < bound:

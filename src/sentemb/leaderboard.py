@@ -77,8 +77,8 @@ def left_out(method: str, commit: str, reason: str) -> dict[str, str]:
 
 
 def candidates(repo: Path, listed: dict[str, str]) -> tuple[list[Candidate], list[dict[str, str]]]:
-    """HEAD, every DVC experiment of any commit and the commits listed before (commit: method);
-    and the listed runs whose commit git no longer has, left out."""
+    """HEAD (first), every DVC experiment of any commit and the commits listed before (commit:
+    method); and the listed runs whose commit git no longer has, left out."""
     from dvc.repo import Repo
 
     found: dict[str, Candidate] = {}
@@ -140,7 +140,7 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
     listed = {r["commit"]: r["method"] for r in before.get("rows", [])}
     listed |= {s["commit"]: s["label"] for s in before.get("stale", [])}
     found, gone = candidates(repo, listed)
-    head = next(c for c in found if c.experiment is None and c.commit == _head(repo))
+    head = found[0]
     read_head = revision_reader(head.commit, repo)
     reference = load(read_head, head.commit[:7])  # also HEAD's row: loaded once
     current = code(read_head, CHAIN, reference.seeds[0])
@@ -192,13 +192,6 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
             key=lambda s: s["label"],
         ),
     }
-
-
-def _head(repo: Path) -> str:
-    from dvc.repo import Repo
-
-    with Repo(str(repo)) as dvc:
-        return dvc.scm.get_rev()
 
 
 def parser() -> Parser:
