@@ -25,10 +25,14 @@ def git(repo: Path, *args: str) -> str:
 
 def commit(repo: Path, method: str, noise: int, code: str, message: str) -> str:
     """A commit holding `method`'s results (seeds 1 and 2) and a dvc.lock whose chain stages
-    ran code of md5 `code`."""
+    ran code of md5 `code` and whose predictions have an md5 of `noise`."""
     write_experiment(repo, fake_experiment(method, [1, 2], noise))
     stages = {
-        f"{stage}@{seed}": {"cmd": "x", "deps": [{"path": "src/sentemb/x.py", "md5": code}]}
+        f"{stage}@{seed}": {
+            "cmd": "x",
+            "deps": [{"path": "src/sentemb/x.py", "md5": code}],
+            "outs": [{"path": f"predictions/{seed}/sts.npz", "md5": str(noise)}],
+        }
         for stage in CHAIN
         for seed in (1, 2)
     }
@@ -137,32 +141,80 @@ def test_leaderboard_merges_the_rows_of_todays_code(repo: Path) -> None:
     assert json.loads((repo / "reports" / "leaderboard.json").read_text()) == board
 
 
-def test_a_row_whose_commit_is_gone_stays_named_until_rerun(repo: Path, tmp_path: Path) -> None:
-    """A listed row whose commit git no longer has (an experiment of another clone) is left out
-    with that reason and its rerun command, on every later call, until a row of its method
-    replaces it; a method is left out once."""
+@pytest.fixture
+def listed(repo: Path, tmp_path: Path) -> tuple[Path, dict]:
+    """A copy of `repo` and the leaderboard it gives, before a listed row's commit is gone."""
     clone = tmp_path / "repo"
     shutil.copytree(repo, clone)
-    board = clone / "reports" / "leaderboard.json"
     assert python(clone, "sentemb.leaderboard").returncode == 0
-    listed = json.loads(board.read_text())
-    gone = dict(listed["rows"][1], method="iscse", label="iscse", commit="0" * 40)
-    sscl = dict(listed["rows"][1], commit="1" * 40)  # its method has a row: replaced
-    paser = dict(gone, method="paser", label="paser", commit="2" * 40)  # one of paser's two
-    board.write_text(json.dumps(listed | {"rows": [*listed["rows"], gone, sscl, paser]}))
+    return clone, json.loads((clone / "reports" / "leaderboard.json").read_text())
+
+
+def gone_rows(board: dict) -> list[dict]:
+    """Rows of commits git never had: iscse (seed 1 only), sscl (a run git has replaces it)
+    and paser (a run of other code still here)."""
+    sscl = board["rows"][1]
+    return [
+        dict(sscl, method="iscse", label="iscse", commit="0" * 40, params={"seeds": [1]}),
+        dict(sscl, commit="1" * 40, scores={}),
+        dict(sscl, method="paser", label="paser", commit="2" * 40),
+    ]
+
+
+def test_a_row_whose_commit_is_gone_keeps_its_numbers(listed: tuple[Path, dict]) -> None:
+    """A listed row whose commit git no longer has (an experiment of another clone) keeps its
+    numbers, its params made relative to today's, while the stage code and SimCSE predictions
+    it was tested against are today's; a run git has replaces a kept row of its label; the
+    board is the same on every later call."""
+    clone, board = listed
+    rows = gone_rows(board)
+    path = clone / "reports" / "leaderboard.json"
+    path.write_text(json.dumps(board | {"rows": [*board["rows"], *rows]}))
     for _ in range(2):
         done = python(clone, "sentemb.leaderboard")
         assert done.returncode == 0, done.stderr[-2000:]
-        stale = json.loads(board.read_text())["stale"]
-        assert [s["label"] for s in stale] == ["dclr", "iscse", "paser"]
-        assert stale[2]["reason"] == "ran other stage code"  # its run still here wins
-        assert stale[1] == {
-            "label": "iscse",
-            "commit": "0" * 40,
-            "reason": "its commit is not in this repository",
-            "rerun": "dvc exp run --queue -S method=iscse",
-        }
-        assert (
-            "iscse at 0000000: its commit is not in this repository; `dvc exp"
-            in (clone / "reports" / "leaderboard.md").read_text()
-        )
+        after = json.loads(path.read_text())
+        assert [r["label"] for r in after["rows"]] == [
+            "simcse",
+            "sscl",
+            "iscse (seeds=[1])",
+            "paser",
+        ]
+        assert after["rows"][1] == board["rows"][1]  # git's run, not the kept one
+        assert after["rows"][2] == rows[0] | {"label": "iscse (seeds=[1])"}
+        assert [s["label"] for s in after["stale"]] == ["dclr"]
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"code": "other"}, "ran other stage code"),
+        ({"simcse": "old-simcse"}, "its commit is not in this repository and its tests"),
+        ({"simcse": "3" * 40}, "its commit is not in this repository and its tests"),
+        ({"reference_commit": "3" * 40}, "its commit is not in this repository and its tests"),
+    ],
+)
+def test_a_row_whose_commit_is_gone_is_left_out_when_code_or_simcse_moved(
+    listed: tuple[Path, dict], change: dict, reason: str
+) -> None:
+    """A listed row whose commit is gone is left out, named with its rerun command on every
+    later call until a row of its method replaces it, where the stage code changed or the
+    SimCSE run it was tested against is not today's (other predictions, or gone from git)."""
+    clone, board = listed
+    iscse = gone_rows(board)[0]
+    simcse = change.pop("simcse", None)
+    if simcse:
+        refs = git(clone, "for-each-ref", "--format=%(objectname) %(refname)", "refs/exps")
+        names = {ref.rsplit("/", 1)[1]: sha for sha, ref in (r.split() for r in refs.splitlines())}
+        board["rows"][0]["commit"] = names.get(simcse, simcse)
+    path = clone / "reports" / "leaderboard.json"
+    path.write_text(json.dumps(board | change | {"rows": [*board["rows"], iscse]}))
+    for _ in range(2):
+        done = python(clone, "sentemb.leaderboard")
+        assert done.returncode == 0, done.stderr[-2000:]
+        after = json.loads(path.read_text())
+        assert [r["label"] for r in after["rows"]] == ["simcse", "sscl"]
+        stale = {s["label"]: s for s in after["stale"]}
+        assert stale["iscse"]["reason"].startswith(reason)
+        assert stale["iscse"]["rerun"] == "dvc exp run --queue -S method=iscse"
+        assert "iscse at 0000000: " in (clone / "reports" / "leaderboard.md").read_text()

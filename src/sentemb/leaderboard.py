@@ -10,9 +10,11 @@ commit it ran at, the params that differ from this revision's and the corpus it 
 the reference rows (the untrained model, TF-IDF) of this revision. Rows are merged from HEAD
 (its committed run), every DVC experiment of any commit and the rows the leaderboard already
 lists. Every row comes from the same stage code as this revision (the code files its dvc.lock
-records for train, refine, evaluate and analyze): a row of other code, or of a commit git no
-longer has, is left out and named with the command that reruns it, until a row of its method
-replaces it. Of two rows of one method and params, the later run is kept.
+records for train, refine, evaluate and analyze): a row of other code is left out and named with
+the command that reruns it, until a row of its method replaces it. A listed row whose commit git
+no longer has (an experiment of another clone) keeps its recorded numbers while the stage code
+and the SimCSE predictions it was tested against are today's; else it is left out too. Of two
+rows of one method and params, the later run is kept, and a run git has replaces a kept one.
 """
 
 from __future__ import annotations
@@ -30,7 +32,15 @@ from sentemb.io import atomic_path, read_json, write_json
 from sentemb.registry import SUITES
 from sentemb.report.compare import compare
 from sentemb.report.markdown import REFINED, leaderboard
-from sentemb.report.runs import TFIDF, UNTRAINED, Experiment, Reader, load, revision_reader
+from sentemb.report.runs import (
+    TFIDF,
+    UNTRAINED,
+    Experiment,
+    MissingResults,
+    Reader,
+    load,
+    revision_reader,
+)
 from sentemb.report.stats import CompareConfig, mean_std
 from sentemb.report.summary import headline
 from sentemb.tracking import flatten
@@ -38,7 +48,6 @@ from sentemb.training.config import TrainConfig
 
 log = logging.getLogger("leaderboard")
 CHAIN = ("train", "refine", "evaluate", "analyze")  # the stages of one seed's run
-REFERENCE_STAGES = ("refine_reference", "reference", "baseline", "analyze_reference")
 BASELINE = "simcse"  # the row every other is tested against
 ROWS = [row for suite in SUITES for row in (suite, *(f"{suite}/{r}" for r in REFINED))]
 
@@ -52,22 +61,30 @@ class Candidate:
     created: int  # commit time: the later run of one row wins
 
 
-def code(read: Reader, stages: tuple[str, ...], seed: int | None) -> str:
-    """A hash of the code files (`src/`, `stages/`) that `stages` ran with, from the dvc.lock
-    that `read` gives (`<stage>@<seed>` for a per-seed stage)."""
+def lock_digest(read: Reader, stages: list[str], field: str, under: tuple[str, ...]) -> str:
+    """A hash of the files under `under` that the dvc.lock `read` gives records as `field`
+    (deps or outs) of `stages`, with their md5."""
     lock = parse_yaml(read("dvc.lock"), "dvc.lock")["stages"]
     entries = []
-    for stage in stages:
-        name = f"{stage}@{seed}" if seed is not None else stage
+    for name in stages:
         if name not in lock:
             raise UserError(f"dvc.lock has no stage {name}: that revision's run is incomplete")
-        deps = lock[name].get("deps", [])
         entries += [
-            (stage, d["path"], d.get("md5", ""))
-            for d in deps
-            if d["path"].startswith(("src/", "stages/"))
+            (name.split("@")[0], d["path"], d.get("md5", ""))
+            for d in lock[name].get(field, [])
+            if d["path"].startswith(under)
         ]
     return hashlib.sha256(json.dumps(sorted(entries)).encode()).hexdigest()
+
+
+def code(read: Reader, seed: int) -> str:
+    """The code files (`src/`, `stages/`) that one seed's chain ran with."""
+    return lock_digest(read, [f"{stage}@{seed}" for stage in CHAIN], "deps", ("src/", "stages/"))
+
+
+def predictions(read: Reader, seeds: list[int]) -> str:
+    """The predictions the paired tests read (`predictions/<seed>/`), by their md5."""
+    return lock_digest(read, [f"evaluate@{seed}" for seed in seeds], "outs", ("predictions/",))
 
 
 def left_out(method: str, commit: str, reason: str) -> dict[str, str]:
@@ -76,13 +93,13 @@ def left_out(method: str, commit: str, reason: str) -> dict[str, str]:
     return {"label": method, "commit": commit, "reason": reason, "rerun": rerun}
 
 
-def candidates(repo: Path, listed: dict[str, str]) -> tuple[list[Candidate], list[dict[str, str]]]:
-    """HEAD (first), every DVC experiment of any commit and the commits listed before (commit:
-    method); and the listed runs whose commit git no longer has, left out."""
+def candidates(repo: Path, listed: set[str]) -> tuple[list[Candidate], set[str]]:
+    """HEAD (first), every DVC experiment of any commit and the `listed` commits git has; and
+    the `listed` commits it no longer has."""
     from dvc.repo import Repo
 
     found: dict[str, Candidate] = {}
-    gone = []
+    gone = set()
     with Repo(str(repo)) as dvc:
         head = dvc.scm.get_rev()
         names = {
@@ -95,7 +112,7 @@ def candidates(repo: Path, listed: dict[str, str]) -> tuple[list[Candidate], lis
                 created = dvc.scm.resolve_commit(sha).commit_time
             except Exception:  # a commit git no longer has (or an experiment's unresolvable)
                 if sha in listed:
-                    gone.append(left_out(listed[sha], sha, "its commit is not in this repository"))
+                    gone.add(sha)
                 else:
                     log.warning("%s: no such commit; skipped", sha)
                 continue
@@ -103,20 +120,49 @@ def candidates(repo: Path, listed: dict[str, str]) -> tuple[list[Candidate], lis
     return list(found.values()), gone
 
 
-def differing(params: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:
-    """The params (dotted) whose value differs from `reference`'s, but `method`."""
-    mine, theirs = flatten(params), flatten(reference)
+def differing(mine: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:
+    """The params (dotted keys) whose value differs from `reference`'s, but `method`."""
     return {
         key: mine.get(key)
-        for key in sorted(set(mine) | set(theirs))
-        if key != "method" and mine.get(key) != theirs.get(key)
+        for key in sorted(set(mine) | set(reference))
+        if key != "method" and mine.get(key) != reference.get(key)
     }
 
 
-def row_label(experiment: Experiment, params: dict[str, Any]) -> str:
+def recorded(
+    before: dict[str, Any], gone: set[str], repo: Path, today: dict[str, Any]
+) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """The rows `before` lists whose commit is in `gone`: kept, their params made relative to
+    this revision's (`today`: the code, the flat params, the SimCSE row's predictions), where
+    they ran today's stage code and were tested against today's SimCSE predictions; else left
+    out, as are the runs `before` left out whose commit is gone."""
+    stale = [s for s in before.get("stale", []) if s["commit"] in gone]
+    rows = [r for r in before.get("rows", []) if r["commit"] in gone]
+    if not rows:
+        return [], stale
+    baseline = next((r for r in before["rows"] if r["label"] == BASELINE), None)
+    try:  # the params and SimCSE predictions they were compared with, from git
+        read = revision_reader(before["reference_commit"], repo)
+        ran = flatten(params_from(parse_yaml(read("params.yaml"), "params.yaml"), "params.yaml"))
+        read = revision_reader(baseline["commit"], repo) if baseline else None
+        tested = read and predictions(read, baseline["seeds"])
+    except MissingResults:  # that revision is gone too
+        ran, tested = None, None
+    if before.get("code") != today["code"]:
+        reason = "ran other stage code"
+    elif ran is None or tested != today["baseline"]:
+        reason = (
+            "its commit is not in this repository and its tests were against another SimCSE run"
+        )
+    else:
+        return [r | {"params": differing(ran | r["params"], today["params"])} for r in rows], stale
+    return [], [*stale, *(left_out(r["method"], r["commit"], reason) for r in rows)]
+
+
+def row_label(method: str, params: dict[str, Any]) -> str:
     """The method, with the params that differ (`paser (train.corpus=sts)`)."""
     extra = ", ".join(f"{k}={v}" for k, v in params.items())
-    return f"{experiment.method} ({extra})" if extra else experiment.method
+    return f"{method} ({extra})" if extra else method
 
 
 def scores(experiment: Experiment) -> dict[str, dict[str, float]]:
@@ -137,20 +183,20 @@ def trained_on(experiment: Experiment) -> str:
 def build(repo: Path, out: Path) -> dict[str, Any]:
     """The leaderboard's JSON (rows merged as the module says)."""
     before = read_json(out) if out.is_file() else {}
-    listed = {r["commit"]: r["method"] for r in before.get("rows", [])}
-    listed |= {s["commit"]: s["label"] for s in before.get("stale", [])}
+    listed = {r["commit"] for r in [*before.get("rows", []), *before.get("stale", [])]}
     found, gone = candidates(repo, listed)
     head = found[0]
     read_head = revision_reader(head.commit, repo)
     reference = load(read_head, head.commit[:7])  # also HEAD's row: loaded once
-    current = code(read_head, CHAIN, reference.seeds[0])
-    rows: dict[str, tuple[Candidate, Experiment, dict[str, Any]]] = {}
+    current = code(read_head, reference.seeds[0])
+    flat = flatten(reference.params)
+    rows: dict[str, tuple[Candidate, Experiment, dict[str, Any], Reader]] = {}
     stale = []
     for candidate in sorted(found, key=lambda c: (c.created, c.experiment is not None, c.commit)):
         read = revision_reader(candidate.commit, repo)
         ran = params_from(parse_yaml(read("params.yaml"), "params.yaml"), "params.yaml")
         method, seeds = run_plan(ran)
-        if code(read, CHAIN, seeds[0]) != current:  # from git alone: its data may be gone
+        if code(read, seeds[0]) != current:  # from git alone: its data may be gone
             stale.append(left_out(method, candidate.commit, "ran other stage code"))
             continue
         experiment = (
@@ -158,37 +204,48 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
             if candidate is head
             else load(read, candidate.experiment or candidate.commit[:7], ran)
         )
-        params = differing(experiment.params, reference.params)
-        rows[row_label(experiment, params)] = (candidate, experiment, params)
-    experiments = {label: experiment for label, (_, experiment, _) in rows.items()}
-    current_methods = {experiment.method for experiment in experiments.values()}
+        params = differing(flatten(experiment.params), flat)
+        rows[row_label(method, params)] = (candidate, experiment, params, read)
+    experiments = {label: experiment for label, (_, experiment, _, _) in rows.items()}
     config = section(reference.params, "compare", CompareConfig)
     versus = compare(experiments, BASELINE, config) if BASELINE in experiments else {}
-    singles = headline(reference)
-    averages = {
-        name: {row: values["avg"] for row, values in singles[name].items() if "avg" in values}
-        for name in (UNTRAINED, TFIDF)
+    baseline = rows.get(BASELINE)
+    today = {
+        "code": current,
+        "params": flat,
+        "baseline": baseline and predictions(baseline[3], baseline[1].seeds),
     }
+    kept, gone_stale = recorded(before, gone, repo, today)
+    board_rows = [
+        {
+            "label": label,
+            "method": experiment.method,
+            "experiment": candidate.experiment,
+            "commit": candidate.commit,
+            "params": params,
+            "trained_on": trained_on(experiment),
+            "seeds": experiment.seeds,
+            "scores": scores(experiment),
+            "versus": {row: r["avg"] for row, r in versus.get(label, {}).items() if "avg" in r},
+        }
+        for label, (candidate, experiment, params, _) in rows.items()
+    ]
+    for row in kept:  # a run git has replaces a kept row of its label
+        label = row_label(row["method"], row["params"])
+        if label not in rows:
+            board_rows.append(row | {"label": label})
+    methods = {row["method"] for row in board_rows}
+    singles = headline(reference)
     return {
         "code": current,
         "reference_commit": head.commit,
-        "rows": [
-            {
-                "label": label,
-                "method": experiment.method,
-                "experiment": candidate.experiment,
-                "commit": candidate.commit,
-                "params": params,
-                "trained_on": trained_on(experiment),
-                "seeds": experiment.seeds,
-                "scores": scores(experiment),
-                "versus": {row: r["avg"] for row, r in versus.get(label, {}).items() if "avg" in r},
-            }
-            for label, (candidate, experiment, params) in rows.items()
-        ],
-        "reference": averages,
+        "rows": board_rows,
+        "reference": {
+            name: {row: values["avg"] for row, values in singles[name].items() if "avg" in values}
+            for name in (UNTRAINED, TFIDF)
+        },
         "stale": sorted(  # one per method without a row: of runs still here, the latest
-            {s["label"]: s for s in [*gone, *stale] if s["label"] not in current_methods}.values(),
+            {s["label"]: s for s in [*gone_stale, *stale] if s["label"] not in methods}.values(),
             key=lambda s: s["label"],
         ),
     }
