@@ -189,9 +189,8 @@ def test_a_row_whose_commit_is_gone_keeps_its_numbers(listed: tuple[Path, dict])
     ("change", "reason"),
     [
         ({"code": "other"}, "ran other stage code"),
-        ({"simcse": "old-simcse"}, "its commit is not in this repository and its tests"),
-        ({"simcse": "3" * 40}, "its commit is not in this repository and its tests"),
-        ({"reference_commit": "3" * 40}, "its commit is not in this repository and its tests"),
+        ({"tested_against": "other"}, "its commit is not in this repository and it was tested"),
+        ({"tested_against": None}, "its commit is not in this repository and it was tested"),
     ],
 )
 def test_a_row_whose_commit_is_gone_is_left_out_when_code_or_simcse_moved(
@@ -199,14 +198,9 @@ def test_a_row_whose_commit_is_gone_is_left_out_when_code_or_simcse_moved(
 ) -> None:
     """A listed row whose commit is gone is left out, named with its rerun command on every
     later call until a row of its method replaces it, where the stage code changed or the
-    SimCSE run it was tested against is not today's (other predictions, or gone from git)."""
+    SimCSE run its paired tests read is not today's (other predictions or scores, or none)."""
     clone, board = listed
     iscse = gone_rows(board)[0]
-    simcse = change.pop("simcse", None)
-    if simcse:
-        refs = git(clone, "for-each-ref", "--format=%(objectname) %(refname)", "refs/exps")
-        names = {ref.rsplit("/", 1)[1]: sha for sha, ref in (r.split() for r in refs.splitlines())}
-        board["rows"][0]["commit"] = names.get(simcse, simcse)
     path = clone / "reports" / "leaderboard.json"
     path.write_text(json.dumps(board | change | {"rows": [*board["rows"], iscse]}))
     for _ in range(2):
@@ -218,3 +212,32 @@ def test_a_row_whose_commit_is_gone_is_left_out_when_code_or_simcse_moved(
         assert stale["iscse"]["reason"].startswith(reason)
         assert stale["iscse"]["rerun"] == "dvc exp run --queue -S method=iscse"
         assert "iscse at 0000000: " in (clone / "reports" / "leaderboard.md").read_text()
+
+
+def test_a_kept_row_names_the_params_that_differ_from_today_s(listed: tuple[Path, dict]) -> None:
+    """A kept row ran with the board's params of then: one that differs from today's is in its
+    label."""
+    clone, board = listed
+    iscse = gone_rows(board)[0]
+    path = clone / "reports" / "leaderboard.json"
+    then = board["params"] | {"train.learning_rate": 1.0}
+    path.write_text(json.dumps(board | {"params": then, "rows": [*board["rows"], iscse]}))
+    done = python(clone, "sentemb.leaderboard")
+    assert done.returncode == 0, done.stderr[-2000:]
+    after = json.loads(path.read_text())
+    assert after["rows"][2]["label"] == "iscse (seeds=[1], train.learning_rate=1.0)"
+    assert after["rows"][2]["params"] == {"seeds": [1], "train.learning_rate": 1.0}
+
+
+@pytest.mark.parametrize(
+    "board", ["[]", '{"rows": []}', '{"code": "c", "params": {}, "tested_against": null}', "{"]
+)
+def test_a_board_this_code_did_not_write_is_refused(listed: tuple[Path, dict], board: str) -> None:
+    """A damaged leaderboard.json is one error naming it; it is left as it was."""
+    clone, _ = listed
+    path = clone / "reports" / "leaderboard.json"
+    path.write_text(board)
+    done = python(clone, "sentemb.leaderboard")
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "reports/leaderboard.json: not " in done.stderr.strip().splitlines()[-1]
+    assert path.read_text() == board

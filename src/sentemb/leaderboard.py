@@ -27,18 +27,18 @@ from pathlib import Path
 from typing import Any
 
 from sentemb.cli import Parser, run_stage
-from sentemb.config import UserError, params_from, parse_yaml, run_plan, section
+from sentemb.config import UserError, parse_yaml, run_plan, section
 from sentemb.io import atomic_path, read_json, write_json
 from sentemb.registry import SUITES
-from sentemb.report.compare import compare
+from sentemb.report.compare import compare, shared_seeds
 from sentemb.report.markdown import REFINED, leaderboard
 from sentemb.report.runs import (
     TFIDF,
     UNTRAINED,
     Experiment,
-    MissingResults,
     Reader,
     load,
+    read_params,
     revision_reader,
 )
 from sentemb.report.stats import CompareConfig, mean_std
@@ -49,6 +49,7 @@ from sentemb.training.config import TrainConfig
 log = logging.getLogger("leaderboard")
 CHAIN = ("train", "refine", "evaluate", "analyze")  # the stages of one seed's run
 BASELINE = "simcse"  # the row every other is tested against
+BOARD_KEYS = ("code", "params", "tested_against", "rows", "stale")  # what a later call reads
 ROWS = [row for suite in SUITES for row in (suite, *(f"{suite}/{r}" for r in REFINED))]
 
 
@@ -82,9 +83,14 @@ def code(read: Reader, seed: int) -> str:
     return lock_digest(read, [f"{stage}@{seed}" for stage in CHAIN], "deps", ("src/", "stages/"))
 
 
-def predictions(read: Reader, seeds: list[int]) -> str:
-    """The predictions the paired tests read (`predictions/<seed>/`), by their md5."""
-    return lock_digest(read, [f"evaluate@{seed}" for seed in seeds], "outs", ("predictions/",))
+def tested_against(baseline: Experiment, read: Reader) -> str:
+    """What the paired tests against `baseline` (the SimCSE row, on the seeds they share) read:
+    its seeds, its predictions' md5s (`predictions/<seed>/` in dvc.lock) and every per-seed
+    score; a hash."""
+    seeds = baseline.seeds
+    outs = lock_digest(read, [f"evaluate@{seed}" for seed in seeds], "outs", ("predictions/",))
+    per_seed = {row: baseline.scores(row) for row in ROWS}
+    return hashlib.sha256(json.dumps([seeds, outs, per_seed], sort_keys=True).encode()).hexdigest()
 
 
 def left_out(method: str, commit: str, reason: str) -> dict[str, str]:
@@ -130,32 +136,25 @@ def differing(mine: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]
 
 
 def recorded(
-    before: dict[str, Any], gone: set[str], repo: Path, today: dict[str, Any]
+    before: dict[str, Any], gone: set[str], today: dict[str, Any]
 ) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
-    """The rows `before` lists whose commit is in `gone`: kept, their params made relative to
-    this revision's (`today`: the code, the flat params, the SimCSE row's predictions), where
-    they ran today's stage code and were tested against today's SimCSE predictions; else left
-    out, as are the runs `before` left out whose commit is gone."""
-    stale = [s for s in before.get("stale", []) if s["commit"] in gone]
-    rows = [r for r in before.get("rows", []) if r["commit"] in gone]
+    """The rows `before` (the board as it was) lists whose commit is in `gone`: kept, their params
+    made relative to today's, where they ran today's stage code and their paired tests read
+    today's SimCSE run (`today`: the board's `code`, `params` and `tested_against` now); else
+    left out, as are the runs `before` left out whose commit is gone."""
+    stale = [s for s in before["stale"] if s["commit"] in gone]
+    rows = [r for r in before["rows"] if r["commit"] in gone]
     if not rows:
         return [], stale
-    baseline = next((r for r in before["rows"] if r["label"] == BASELINE), None)
-    try:  # the params and SimCSE predictions they were compared with, from git
-        read = revision_reader(before["reference_commit"], repo)
-        ran = flatten(params_from(parse_yaml(read("params.yaml"), "params.yaml"), "params.yaml"))
-        read = revision_reader(baseline["commit"], repo) if baseline else None
-        tested = read and predictions(read, baseline["seeds"])
-    except MissingResults:  # that revision is gone too
-        ran, tested = None, None
-    if before.get("code") != today["code"]:
+    if before["code"] != today["code"]:
         reason = "ran other stage code"
-    elif ran is None or tested != today["baseline"]:
-        reason = (
-            "its commit is not in this repository and its tests were against another SimCSE run"
-        )
+    elif before["tested_against"] != today["tested_against"]:
+        reason = "its commit is not in this repository and it was tested against another SimCSE run"
     else:
-        return [r | {"params": differing(ran | r["params"], today["params"])} for r in rows], stale
+        kept = [
+            r | {"params": differing(before["params"] | r["params"], today["params"])} for r in rows
+        ]
+        return kept, stale
     return [], [*stale, *(left_out(r["method"], r["commit"], reason) for r in rows)]
 
 
@@ -180,21 +179,35 @@ def trained_on(experiment: Experiment) -> str:
     return f"{corpus}, {experiment.files[0]['train']['sentences']:,} sentences"
 
 
+def listed(out: Path) -> dict[str, Any]:
+    """The board as `out` holds it (no file: none); one error where it is not one."""
+    if not out.is_file():
+        return {"rows": [], "stale": []}
+    before = read_json(out)
+    lacks = [key for key in BOARD_KEYS if not isinstance(before, dict) or key not in before]
+    if lacks or not all(isinstance(before[key], list) for key in ("rows", "stale")):
+        raise UserError(
+            f"{out}: not a leaderboard this code wrote (lacks {lacks or 'lists of rows'});"
+            " restore it from git"
+        )
+    return before
+
+
 def build(repo: Path, out: Path) -> dict[str, Any]:
     """The leaderboard's JSON (rows merged as the module says)."""
-    before = read_json(out) if out.is_file() else {}
-    listed = {r["commit"] for r in [*before.get("rows", []), *before.get("stale", [])]}
-    found, gone = candidates(repo, listed)
+    before = listed(out)
+    found, gone = candidates(repo, {r["commit"] for r in [*before["rows"], *before["stale"]]})
     head = found[0]
     read_head = revision_reader(head.commit, repo)
     reference = load(read_head, head.commit[:7])  # also HEAD's row: loaded once
     current = code(read_head, reference.seeds[0])
     flat = flatten(reference.params)
-    rows: dict[str, tuple[Candidate, Experiment, dict[str, Any], Reader]] = {}
+    rows: dict[str, tuple[Candidate, Experiment, dict[str, Any]]] = {}
+    readers: dict[str, Reader] = {}
     stale = []
     for candidate in sorted(found, key=lambda c: (c.created, c.experiment is not None, c.commit)):
         read = revision_reader(candidate.commit, repo)
-        ran = params_from(parse_yaml(read("params.yaml"), "params.yaml"), "params.yaml")
+        ran = read_params(read)
         method, seeds = run_plan(ran)
         if code(read, seeds[0]) != current:  # from git alone: its data may be gone
             stale.append(left_out(method, candidate.commit, "ran other stage code"))
@@ -205,17 +218,16 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
             else load(read, candidate.experiment or candidate.commit[:7], ran)
         )
         params = differing(flatten(experiment.params), flat)
-        rows[row_label(method, params)] = (candidate, experiment, params, read)
-    experiments = {label: experiment for label, (_, experiment, _, _) in rows.items()}
+        label = row_label(method, params)
+        rows[label], readers[label] = (candidate, experiment, params), read
+    experiments = {label: experiment for label, (_, experiment, _) in rows.items()}
     config = section(reference.params, "compare", CompareConfig)
-    versus = compare(experiments, BASELINE, config) if BASELINE in experiments else {}
-    baseline = rows.get(BASELINE)
-    today = {
-        "code": current,
-        "params": flat,
-        "baseline": baseline and predictions(baseline[3], baseline[1].seeds),
-    }
-    kept, gone_stale = recorded(before, gone, repo, today)
+    tested, versus = None, {}
+    if BASELINE in experiments:
+        versus = compare(experiments, BASELINE, config)
+        tested = tested_against(shared_seeds(experiments)[BASELINE], readers[BASELINE])
+    today = {"code": current, "params": flat, "tested_against": tested}
+    kept, gone_stale = recorded(before, gone, today)
     board_rows = [
         {
             "label": label,
@@ -228,16 +240,17 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
             "scores": scores(experiment),
             "versus": {row: r["avg"] for row, r in versus.get(label, {}).items() if "avg" in r},
         }
-        for label, (candidate, experiment, params, _) in rows.items()
+        for label, (candidate, experiment, params) in rows.items()
     ]
-    for row in kept:  # a run git has replaces a kept row of its label
+    labels = set(rows)
+    for row in kept:  # a run git has replaces a kept row of its label; of two kept, the first
         label = row_label(row["method"], row["params"])
-        if label not in rows:
+        if label not in labels:
+            labels.add(label)
             board_rows.append(row | {"label": label})
     methods = {row["method"] for row in board_rows}
     singles = headline(reference)
-    return {
-        "code": current,
+    return today | {
         "reference_commit": head.commit,
         "rows": board_rows,
         "reference": {
