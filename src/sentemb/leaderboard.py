@@ -13,8 +13,9 @@ lists. Every row comes from the same stage code as this revision (the code files
 records for train, refine, evaluate and analyze): a row of other code is left out and named with
 the command that reruns it, until a row of its method replaces it. A listed row whose commit git
 no longer has (an experiment of another clone) keeps its recorded numbers while the stage code
-and the SimCSE predictions it was tested against are today's; else it is left out too. Of two
-rows of one method and params, the later run is kept, and a run git has replaces a kept one.
+and the SimCSE run it was tested against (its evaluate outputs) are today's; else it is left out
+too. Of two rows of one method and params, the later run is kept, and a run git has replaces a
+kept one.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from sentemb.cli import Parser, run_stage
-from sentemb.config import UserError, parse_yaml, run_plan, section
+from sentemb.config import UserError, params_from, parse_yaml, run_plan, section
 from sentemb.io import atomic_path, read_json, write_json
 from sentemb.registry import SUITES
 from sentemb.report.compare import compare, shared_seeds
@@ -38,7 +39,6 @@ from sentemb.report.runs import (
     Experiment,
     Reader,
     load,
-    read_params,
     revision_reader,
 )
 from sentemb.report.stats import CompareConfig, mean_std
@@ -83,14 +83,11 @@ def code(read: Reader, seed: int) -> str:
     return lock_digest(read, [f"{stage}@{seed}" for stage in CHAIN], "deps", ("src/", "stages/"))
 
 
-def tested_against(baseline: Experiment, read: Reader) -> str:
-    """What the paired tests against `baseline` (the SimCSE row, on the seeds they share) read:
-    its seeds, its predictions' md5s (`predictions/<seed>/` in dvc.lock) and every per-seed
-    score; a hash."""
-    seeds = baseline.seeds
-    outs = lock_digest(read, [f"evaluate@{seed}" for seed in seeds], "outs", ("predictions/",))
-    per_seed = {row: baseline.scores(row) for row in ROWS}
-    return hashlib.sha256(json.dumps([seeds, outs, per_seed], sort_keys=True).encode()).hexdigest()
+def tested_against(read: Reader, seeds: list[int]) -> str:
+    """What paired tests against the SimCSE run `read` gives read on `seeds`: its evaluate
+    outputs (predictions and per-seed scores, plain and refined), by their md5 in dvc.lock."""
+    stages = [f"evaluate@{seed}" for seed in seeds]
+    return lock_digest(read, stages, "outs", ("predictions/", "metrics/runs/"))
 
 
 def left_out(method: str, commit: str, reason: str) -> dict[str, str]:
@@ -207,7 +204,7 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
     stale = []
     for candidate in sorted(found, key=lambda c: (c.created, c.experiment is not None, c.commit)):
         read = revision_reader(candidate.commit, repo)
-        ran = read_params(read)
+        ran = params_from(parse_yaml(read("params.yaml"), "params.yaml"), "params.yaml")
         method, seeds = run_plan(ran)
         if code(read, seeds[0]) != current:  # from git alone: its data may be gone
             stale.append(left_out(method, candidate.commit, "ran other stage code"))
@@ -225,7 +222,7 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
     tested, versus = None, {}
     if BASELINE in experiments:
         versus = compare(experiments, BASELINE, config)
-        tested = tested_against(shared_seeds(experiments)[BASELINE], readers[BASELINE])
+        tested = tested_against(readers[BASELINE], shared_seeds(experiments)[BASELINE].seeds)
     today = {"code": current, "params": flat, "tested_against": tested}
     kept, gone_stale = recorded(before, gone, today)
     board_rows = [
