@@ -10,8 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
+from sentemb import progress
 from sentemb.progress import Progress, clock, dvc_plan, follow, recorded_seconds
 
 FAKE_DVC = """import sys
@@ -130,3 +132,65 @@ def test_module_runs_dvc_repro_with_progress_lines(tiny_repo: Path) -> None:
     assert [line.split("] ")[0].split("[")[1] for line in lines] == ["1/3", "2/3", "3/3"]
     assert lines[0].endswith("~2 min left")  # 3 x 30 s and lines[2].endswith("~30 s left")
     assert (tiny_repo / "out-y").read_text() == "c\n"
+
+
+def params_file(tmp_path: Path, train: str, model: str) -> Path:
+    """The repository's params.yaml with `train.precision` and `model.precision` set."""
+    from support import REPO
+
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["train"]["precision"], params["model"]["precision"] = train, model
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("train", "model", "sections", "native", "named"),
+    [
+        ("auto", "auto", {"train", "model", "eval"}, False, "train.precision, model.precision"),
+        ("fp32", "auto", {"train", "model"}, False, "model.precision"),
+        ("auto", "fp32", {"train", "model"}, False, "train.precision"),
+        ("auto", "auto", {"model"}, False, "model.precision"),  # evaluate alone still encodes
+        ("fp32", "fp32", {"train", "model"}, False, None),
+        ("bf16", "bf16", {"train", "model"}, False, None),  # asked for: run as asked
+        ("auto", "auto", {"eval", "data"}, False, None),  # the plan runs no model
+        ("auto", "auto", {"train", "model"}, True, None),  # AVX512-BF16 or AMX: fast
+    ],
+)
+def test_auto_precision_on_a_cpu_that_emulates_bf16_is_named(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    train: str,
+    model: str,
+    sections: set[str],
+    native: bool,
+    named: str | None,
+) -> None:
+    monkeypatch.setattr(progress, "native_bf16", lambda: native)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    why = progress.emulated_bf16(sections, params_file(tmp_path, train, model))
+    if named is None:
+        assert why is None
+    else:
+        assert why is not None and why.startswith(f"{named}: auto is bf16 autocast on CPU")
+        assert "fp32" in why and "bf16 to run it anyway" in why
+
+
+def test_a_plan_that_would_emulate_bf16_stops_before_dvc(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One error, exit status 2, and DVC never starts (nothing written); a broken params.yaml is
+    left to the stage that reads it."""
+    monkeypatch.chdir(tmp_path)
+    params_file(tmp_path, "auto", "fp32")
+    plan = Progress(["train@42", "evaluate@42"], sections={"train", "model", "eval"})
+    monkeypatch.setattr(progress, "dvc_plan", lambda args: plan)
+    monkeypatch.setattr(progress, "native_bf16", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    ran: list[list[str]] = []
+    monkeypatch.setattr(progress, "follow", lambda command, *_: ran.append(command) or 0)
+    assert progress.main([]) == 2 and not ran
+    assert capsys.readouterr().err.startswith("error: train.precision: auto is bf16")
+    (tmp_path / "params.yaml").write_text("train: [")
+    assert progress.main([]) == 0 and ran == [["dvc", "repro"]]

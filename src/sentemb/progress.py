@@ -15,6 +15,10 @@ The time left adds up each stage's `seconds` recorded by its last run (the `seco
 committed record of them); a stage without one counts the mean of its kind (`train@*`), else of
 all stages, measured in this run or recorded before. A stage DVC
 finds unchanged (or restores from its run cache) leaves the plan. The exit status is DVC's.
+
+A plan that would run `train.precision` or `model.precision: auto` (bf16 autocast on CPU) on a
+CPU without bf16 instructions (AVX512-BF16, AMX), which emulates them many times slower than
+fp32, stops before DVC starts with one error naming the params (`emulated_bf16`).
 """
 
 from __future__ import annotations
@@ -30,7 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from sentemb.config import ConfigError, load_params, section
+from sentemb.model_config import ModelConfig
 from sentemb.tracking import SECONDS
+from sentemb.training.config import TrainConfig
 
 SECONDS_RECORD = Path("plots/summary/seconds.json")  # written by stage `summary`
 STARTED = re.compile(r"^Running stage '(?P<stage>[^']+)':")
@@ -58,6 +65,7 @@ class Progress:
     started: float = field(default_factory=time.monotonic)
     measured: dict[str, float] = field(default_factory=dict)
     done: int = 0
+    sections: set[str] = field(default_factory=set)  # the params sections the plan reads
     current: tuple[str, float] | None = None
 
     def estimate(self, stage: str) -> float | None:
@@ -161,8 +169,45 @@ def stage_record(path: Path = SECONDS_RECORD) -> dict[str, float]:
     return found
 
 
+def native_bf16() -> bool:
+    """Whether this CPU has bf16 instructions (AVX512-BF16 or AMX) for bf16 autocast."""
+    import torch
+
+    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+
+
+def emulated_bf16(sections: set[str], params: Path = Path("params.yaml")) -> str | None:
+    """Why a plan reading `sections` of `params` would run emulated bf16, or None: `auto`
+    precision is bf16 autocast on CPU, and a CPU without bf16 instructions emulates it. Measured
+    on a 2-core AMD EPYC with AVX2 only (benchmarks/precision_avx2.json): a training step took
+    26x fp32's time, encoding 2.7x."""
+    import torch
+
+    configs = {"train": TrainConfig, "model": ModelConfig}
+    try:
+        values = load_params(params)
+        auto = [
+            f"{name}.precision"
+            for name, config in configs.items()
+            if name in sections and section(values, name, config).precision == "auto"
+        ]
+    except ConfigError:  # the stage that reads it says what is wrong
+        return None
+    if not auto or torch.cuda.is_available() or native_bf16():
+        return None
+    return (
+        f"{', '.join(auto)}: auto is bf16 autocast on CPU, and this CPU has no bf16 instructions"
+        " (AVX512-BF16, AMX): it emulates them, at 26x fp32's time per training step and 2.7x"
+        " per encoding on such a host (benchmarks/history.md), hours for the default run. Set"
+        " them to fp32 in params.yaml (the scores then differ from the committed bf16 run's),"
+        " or to bf16 to run it anyway"
+    )
+
+
 def dvc_plan(args: Sequence[str]) -> Progress:
-    """The stages `dvc repro <args>` will run here, in order, and each one's recorded seconds."""
+    """The stages `dvc repro <args>` will run here, in order, each one's recorded seconds and the
+    params sections they read."""
+    from dvc.dependency.param import ParamsDependency
     from dvc.repo import Repo
     from dvc.repo.reproduce import collect_stages, get_active_graph, plan_repro
 
@@ -190,7 +235,14 @@ def dvc_plan(args: Sequence[str]) -> Progress:
             seconds = recorded_seconds(outputs)
             if seconds is not None:
                 recorded[stage.addressing] = seconds
-    return Progress([stage.addressing for stage in running], recorded)
+    sections = {
+        name.split(".")[0]
+        for stage in running
+        for dep in stage.deps
+        if isinstance(dep, ParamsDependency)
+        for name in dep.params
+    }
+    return Progress([stage.addressing for stage in running], recorded, sections=sections)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -202,6 +254,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DvcException as err:  # dvc repro says what is wrong; no plan to go by meanwhile
         print(f"warning: no progress plan ({err})", file=sys.stderr)
         progress = Progress([])
+    if progress.sections and (why := emulated_bf16(progress.sections)):
+        print(f"error: {why}", file=sys.stderr)
+        return 2
     print(
         f"{time.strftime('%H:%M:%S')} dvc repro: {len(progress.plan)} stage(s) to run",
         flush=True,
