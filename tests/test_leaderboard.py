@@ -229,15 +229,59 @@ def test_a_kept_row_names_the_params_that_differ_from_today_s(listed: tuple[Path
     assert after["rows"][2]["params"] == {"seeds": [1], "train.learning_rate": 1.0}
 
 
-@pytest.mark.parametrize(
-    "board", ["[]", '{"rows": []}', '{"code": "c", "params": {}, "tested_against": null}', "{"]
-)
-def test_a_board_this_code_did_not_write_is_refused(listed: tuple[Path, dict], board: str) -> None:
-    """A damaged leaderboard.json is one error naming it; it is left as it was."""
-    clone, _ = listed
+def damaged(board: dict) -> list[tuple[str, str]]:
+    """`board` (a board this code wrote) broken one way at a time: its JSON, and the part of
+    the error that names what is wrong."""
+    row, stale = board["rows"][1], {"label": "x", "commit": "0" * 40, "reason": "r", "rerun": "d"}
+    cases = [
+        ("{", "not valid JSON"),
+        ("[]", "not a mapping"),
+        (json.dumps({"rows": []}), "code: missing"),
+        (json.dumps(board | {"params": None}), "params: None is not a dict"),
+        (json.dumps(board | {"rows": None}), "rows: None is not a list"),
+        (json.dumps(board | {"rows": ["x"]}), "rows[0]: not a mapping"),
+        (json.dumps(board | {"stale": [{"label": "x"}]}), "stale[0].commit: missing"),
+        (json.dumps(board | {"stale": [stale | {"commit": None}]}), "stale[0].commit: None is"),
+    ]
+    for key in ("commit", "method", "params", "scores", "versus", "experiment"):
+        broken = {k: v for k, v in row.items() if k != key}
+        cases.append((json.dumps(board | {"rows": [broken]}), f"rows[0].{key}: missing"))
+    cases.append((json.dumps(board | {"rows": [row | {"params": None}]}), "rows[0].params: None"))
+    return cases
+
+
+def test_a_board_this_code_did_not_write_is_refused(listed: tuple[Path, dict]) -> None:
+    """A damaged or hand-broken leaderboard.json is one error naming it and what is wrong;
+    it and the report are left as they were."""
+    clone, board = listed
+    path, report = clone / "reports" / "leaderboard.json", clone / "reports" / "leaderboard.md"
+    before = report.read_text()
+    for text, problem in damaged(board):
+        path.write_text(text)
+        done = python(clone, "sentemb.leaderboard")
+        assert done.returncode != 0 and "Traceback" not in done.stderr, (text, done.stderr)
+        error = done.stderr.strip().splitlines()[-1]
+        assert "reports/leaderboard.json: " in error and problem in error, (problem, error)
+        assert path.read_text() == text and report.read_text() == before
+
+
+def test_a_shorter_run_of_today_s_code_keeps_the_recorded_rows(listed: tuple[Path, dict]) -> None:
+    """A new experiment on fewer seeds does not move what the kept rows were tested against
+    (SimCSE's run on its own seeds, and the compare params)."""
+    clone, board = listed
+    iscse = gone_rows(board)[0]
+    base = git(clone, "rev-parse", "HEAD")
+    write_experiment(clone, fake_experiment("sscl", [1], 3))
+    git(clone, "add", "metrics", "predictions", "plots", "params.yaml")
+    git(clone, "commit", "-qm", "sscl on seed 1")
+    experiment_ref(clone, base, git(clone, "rev-parse", "HEAD"), "short-sscl")
+    git(clone, "reset", "-q", "--hard", base)
     path = clone / "reports" / "leaderboard.json"
-    path.write_text(board)
+    path.write_text(json.dumps(board | {"rows": [*board["rows"], iscse]}))
     done = python(clone, "sentemb.leaderboard")
-    assert done.returncode != 0 and "Traceback" not in done.stderr
-    assert "reports/leaderboard.json: not " in done.stderr.strip().splitlines()[-1]
-    assert path.read_text() == board
+    assert done.returncode == 0, done.stderr[-2000:]
+    after = json.loads(path.read_text())
+    assert "iscse (seeds=[1])" in [r["label"] for r in after["rows"]], after["stale"]
+    assert "sscl (seeds=[1])" in [r["label"] for r in after["rows"]]
+    assert after["tested_against"] == board["tested_against"]
+    assert "iscse (seeds=[1]) at 0000000: its commit is not here: kept as recorded" in done.stderr

@@ -13,9 +13,9 @@ lists. Every row comes from the same stage code as this revision (the code files
 records for train, refine, evaluate and analyze): a row of other code is left out and named with
 the command that reruns it, until a row of its method replaces it. A listed row whose commit git
 no longer has (an experiment of another clone) keeps its recorded numbers while the stage code
-and the SimCSE run it was tested against (its evaluate outputs) are today's; else it is left out
-too. Of two rows of one method and params, the later run is kept, and a run git has replaces a
-kept one.
+and what its paired tests rest on (SimCSE's evaluate outputs on its seeds, the `compare` params)
+are today's; else it is left out too. Of two rows of one method and params, the later run is
+kept, and a run git has replaces a kept one.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from sentemb.cli import Parser, run_stage
 from sentemb.config import UserError, params_from, parse_yaml, run_plan, section
 from sentemb.io import atomic_path, read_json, write_json
 from sentemb.registry import SUITES
-from sentemb.report.compare import compare, shared_seeds
+from sentemb.report.compare import compare
 from sentemb.report.markdown import REFINED, leaderboard
 from sentemb.report.runs import (
     TFIDF,
@@ -50,6 +50,9 @@ log = logging.getLogger("leaderboard")
 CHAIN = ("train", "refine", "evaluate", "analyze")  # the stages of one seed's run
 BASELINE = "simcse"  # the row every other is tested against
 BOARD_KEYS = ("code", "params", "tested_against", "rows", "stale")  # what a later call reads
+ROW_FIELDS = {"label": str, "method": str, "commit": str, "params": dict, "trained_on": str}
+ROW_FIELDS |= {"experiment": object, "seeds": list, "scores": dict, "versus": dict}
+STALE_FIELDS = {"label": str, "commit": str, "reason": str, "rerun": str}
 ROWS = [row for suite in SUITES for row in (suite, *(f"{suite}/{r}" for r in REFINED))]
 
 
@@ -83,11 +86,16 @@ def code(read: Reader, seed: int) -> str:
     return lock_digest(read, [f"{stage}@{seed}" for stage in CHAIN], "deps", ("src/", "stages/"))
 
 
-def tested_against(read: Reader, seeds: list[int]) -> str:
-    """What paired tests against the SimCSE run `read` gives read on `seeds`: its evaluate
-    outputs (predictions and per-seed scores, plain and refined), by their md5 in dvc.lock."""
+def tested_against(read: Reader, params: dict[str, Any]) -> str:
+    """What paired tests against the SimCSE run that `read` gives (run with `params`) rest on:
+    its evaluate outputs on all its seeds (predictions, per-seed scores plain and refined, by
+    their md5 in dvc.lock) and the `compare` params; a hash."""
+    _, seeds = run_plan(params)
     stages = [f"evaluate@{seed}" for seed in seeds]
-    return lock_digest(read, stages, "outs", ("predictions/", "metrics/runs/"))
+    outs = lock_digest(read, stages, "outs", ("predictions/", "metrics/runs/"))
+    return hashlib.sha256(
+        json.dumps([outs, params["compare"]], sort_keys=True).encode()
+    ).hexdigest()
 
 
 def left_out(method: str, commit: str, reason: str) -> dict[str, str]:
@@ -96,9 +104,9 @@ def left_out(method: str, commit: str, reason: str) -> dict[str, str]:
     return {"label": method, "commit": commit, "reason": reason, "rerun": rerun}
 
 
-def candidates(repo: Path, listed: set[str]) -> tuple[list[Candidate], set[str]]:
-    """HEAD (first), every DVC experiment of any commit and the `listed` commits git has; and
-    the `listed` commits it no longer has."""
+def candidates(repo: Path, commits: set[str]) -> tuple[list[Candidate], set[str]]:
+    """HEAD (first), every DVC experiment of any commit and the listed `commits` git has; and
+    the listed `commits` it no longer has."""
     from dvc.repo import Repo
 
     found: dict[str, Candidate] = {}
@@ -110,11 +118,11 @@ def candidates(repo: Path, listed: set[str]) -> tuple[list[Candidate], set[str]]
             for experiments in dvc.experiments.ls(all_commits=True).values()
             for name, sha in experiments
         }
-        for sha in [head, *names, *listed]:
+        for sha in [head, *names, *commits]:
             try:
                 created = dvc.scm.resolve_commit(sha).commit_time
             except Exception:  # a commit git no longer has (or an experiment's unresolvable)
-                if sha in listed:
+                if sha in commits:
                     gone.add(sha)
                 else:
                     log.warning("%s: no such commit; skipped", sha)
@@ -177,17 +185,41 @@ def trained_on(experiment: Experiment) -> str:
 
 
 def listed(out: Path) -> dict[str, Any]:
-    """The board as `out` holds it (no file: none); one error where it is not one."""
+    """The board as `out` holds it (no file: none); one error naming what is wrong where it is
+    not one this code wrote."""
     if not out.is_file():
         return {"rows": [], "stale": []}
     before = read_json(out)
-    lacks = [key for key in BOARD_KEYS if not isinstance(before, dict) or key not in before]
-    if lacks or not all(isinstance(before[key], list) for key in ("rows", "stale")):
-        raise UserError(
-            f"{out}: not a leaderboard this code wrote (lacks {lacks or 'lists of rows'});"
-            " restore it from git"
-        )
+    problem = board_problem(before)
+    if problem:
+        raise UserError(f"{out}: {problem}: not a leaderboard this code wrote; restore it from git")
     return before
+
+
+def board_problem(board: Any) -> str | None:
+    """What makes `board` other than a leaderboard's JSON (the keys a later call reads), or
+    None."""
+    top = {**dict.fromkeys(BOARD_KEYS, object), "params": dict, "rows": list, "stale": list}
+    entries = [("", board, top)]
+    if isinstance(board, dict) and not missing(board, top):
+        entries += [(f"rows[{i}].", row, ROW_FIELDS) for i, row in enumerate(board["rows"])]
+        entries += [(f"stale[{i}].", row, STALE_FIELDS) for i, row in enumerate(board["stale"])]
+    for where, entry, fields in entries:
+        if not isinstance(entry, dict):
+            return f"{where.rstrip('.') or 'the file'}: not a mapping"
+        if problem := missing(entry, fields):
+            return where + problem
+    return None
+
+
+def missing(entry: dict[str, Any], fields: dict[str, type]) -> str | None:
+    """The first of `fields` that `entry` lacks or holds as another type, said, or None."""
+    for key, kind in fields.items():
+        if key not in entry:
+            return f"{key}: missing"
+        if not isinstance(entry[key], kind):
+            return f"{key}: {entry[key]!r} is not a {kind.__name__}"
+    return None
 
 
 def build(repo: Path, out: Path) -> dict[str, Any]:
@@ -222,7 +254,7 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
     tested, versus = None, {}
     if BASELINE in experiments:
         versus = compare(experiments, BASELINE, config)
-        tested = tested_against(readers[BASELINE], shared_seeds(experiments)[BASELINE].seeds)
+        tested = tested_against(readers[BASELINE], experiments[BASELINE].params)
     today = {"code": current, "params": flat, "tested_against": tested}
     kept, gone_stale = recorded(before, gone, today)
     board_rows = [
@@ -245,6 +277,7 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
         if label not in labels:
             labels.add(label)
             board_rows.append(row | {"label": label})
+            log.info("%s at %s: its commit is not here: kept as recorded", label, row["commit"][:7])
     methods = {row["method"] for row in board_rows}
     singles = headline(reference)
     return today | {
@@ -271,9 +304,10 @@ def parser() -> Parser:
 def main() -> None:
     args = parser().parse_args()
     board = build(Path(), args.json)
+    report = leaderboard(board)
     write_json(args.json, board)
     with atomic_path(args.report) as tmp:
-        tmp.write_text(leaderboard(board), encoding="utf-8")
+        tmp.write_text(report, encoding="utf-8")
     for row in board["stale"]:
         log.warning(
             "%s at %s: %s: left out; rerun it: %s",

@@ -16,15 +16,18 @@ committed record of them); a stage without one counts the mean of its kind (`tra
 all stages, measured in this run or recorded before. A stage DVC
 finds unchanged (or restores from its run cache) leaves the plan. The exit status is DVC's.
 
-A plan that would run `train.precision` or `model.precision: auto` (bf16 autocast on CPU) on a
-CPU without bf16 instructions (AVX512-BF16, AMX), which emulates them many times slower than
-fp32, stops before DVC starts with one error naming the params (`emulated_bf16`).
+A plan whose stages would run `model.precision` (encoding: always on the CPU) or
+`train.precision` (training, unless on a GPU) as `auto`, bf16 autocast, on an x86 CPU without
+bf16 instructions (AVX512-BF16, AMX), which emulates them many times slower than fp32, stops
+before DVC starts with one error naming the params (`emulated_bf16`); `dvc repro` itself runs
+such a plan as it is.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import platform
 import re
 import subprocess
 import sys
@@ -40,6 +43,7 @@ from sentemb.tracking import SECONDS
 from sentemb.training.config import TrainConfig
 
 SECONDS_RECORD = Path("plots/summary/seconds.json")  # written by stage `summary`
+ENCODER = "src/sentemb/encoder.py"  # a stage that depends on it encodes (or trains)
 STARTED = re.compile(r"^Running stage '(?P<stage>[^']+)':")
 SKIPPED = re.compile(r"^Stage '(?P<stage>[^']+)' (didn't change|is cached)")
 
@@ -65,7 +69,7 @@ class Progress:
     started: float = field(default_factory=time.monotonic)
     measured: dict[str, float] = field(default_factory=dict)
     done: int = 0
-    sections: set[str] = field(default_factory=set)  # the params sections the plan reads
+    reads: set[str] = field(default_factory=set)  # the params its stages that encode read
     current: tuple[str, float] | None = None
 
     def estimate(self, stage: str) -> float | None:
@@ -170,43 +174,52 @@ def stage_record(path: Path = SECONDS_RECORD) -> dict[str, float]:
 
 
 def native_bf16() -> bool:
-    """Whether this CPU has bf16 instructions (AVX512-BF16 or AMX) for bf16 autocast."""
+    """Whether this CPU has bf16 instructions (AVX512-BF16 or AMX) for bf16 autocast (torch's
+    own probes; where a torch lacks them, assumed)."""
     import torch
 
-    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(torch.cpu, probe, lambda: True)() for probe in probes)
 
 
-def emulated_bf16(sections: set[str], params: Path = Path("params.yaml")) -> str | None:
-    """Why a plan reading `sections` of `params` would run emulated bf16, or None: `auto`
-    precision is bf16 autocast on CPU, and a CPU without bf16 instructions emulates it. Measured
-    on a 2-core AMD EPYC with AVX2 only (benchmarks/precision_avx2.json): a training step took
-    26x fp32's time, encoding 2.7x."""
-    import torch
-
-    configs = {"train": TrainConfig, "model": ModelConfig}
-    try:
-        values = load_params(params)
-        auto = [
-            f"{name}.precision"
-            for name, config in configs.items()
-            if name in sections and section(values, name, config).precision == "auto"
-        ]
-    except ConfigError:  # the stage that reads it says what is wrong
+def emulated_bf16(reads: set[str], params: Path = Path("params.yaml")) -> str | None:
+    """Why stages reading `reads` of `params` would run bf16 autocast emulated, or None: `auto`
+    precision is bf16 on CPU, where encoding always runs and training unless `train.device`
+    finds a GPU. Measured on a 2-core AMD EPYC with AVX2 only (benchmarks/precision_avx2.json):
+    a training step took 26x fp32's time, encoding 2.7x. x86 only: nothing else was measured."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
         return None
-    if not auto or torch.cuda.is_available() or native_bf16():
+    auto = []
+    for name, config in (("train", TrainConfig), ("model", ModelConfig)):
+        if not reads & {name, f"{name}.precision"}:
+            continue
+        try:
+            values = section(load_params(params), name, config)
+        except ConfigError:  # the stage that reads it says what is wrong
+            continue
+        if values.precision == "auto" and not (name == "train" and on_gpu(values.device)):
+            auto.append(f"{name}.precision")
+    if not auto or native_bf16():
         return None
     return (
         f"{', '.join(auto)}: auto is bf16 autocast on CPU, and this CPU has no bf16 instructions"
         " (AVX512-BF16, AMX): it emulates them, at 26x fp32's time per training step and 2.7x"
-        " per encoding on such a host (benchmarks/history.md), hours for the default run. Set"
-        " them to fp32 in params.yaml (the scores then differ from the committed bf16 run's),"
-        " or to bf16 to run it anyway"
+        " per encoding on an AVX2-only AMD EPYC (benchmarks/history.md), hours for the default"
+        " run. Set them to fp32 in params.yaml (the scores then differ from the committed bf16"
+        " run's), or run `dvc repro` itself to go on as it is"
     )
 
 
+def on_gpu(device: str) -> bool:
+    """Whether training on `device` (`train.device`) runs on a GPU here."""
+    import torch
+
+    return device != "cpu" and torch.cuda.is_available()
+
+
 def dvc_plan(args: Sequence[str]) -> Progress:
-    """The stages `dvc repro <args>` will run here, in order, each one's recorded seconds and the
-    params sections they read."""
+    """The stages `dvc repro <args>` will run here, in order, each one's recorded seconds, and
+    the params that those of them that encode read."""
     from dvc.dependency.param import ParamsDependency
     from dvc.repo import Repo
     from dvc.repo.reproduce import collect_stages, get_active_graph, plan_repro
@@ -235,14 +248,16 @@ def dvc_plan(args: Sequence[str]) -> Progress:
             seconds = recorded_seconds(outputs)
             if seconds is not None:
                 recorded[stage.addressing] = seconds
-    sections = {
-        name.split(".")[0]
+    reads = {
+        name
         for stage in running
+        if any(dep.def_path == ENCODER for dep in stage.deps)
         for dep in stage.deps
         if isinstance(dep, ParamsDependency)
         for name in dep.params
     }
-    return Progress([stage.addressing for stage in running], recorded, sections=sections)
+    plan = [stage.addressing for stage in running]
+    return Progress(plan, recorded, reads=reads)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -254,7 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DvcException as err:  # dvc repro says what is wrong; no plan to go by meanwhile
         print(f"warning: no progress plan ({err})", file=sys.stderr)
         progress = Progress([])
-    if progress.sections and (why := emulated_bf16(progress.sections)):
+    if progress.reads and (why := emulated_bf16(progress.reads)):
         print(f"error: {why}", file=sys.stderr)
         return 2
     print(
