@@ -28,10 +28,19 @@ def cpu_name() -> str:
 
 
 def machine() -> dict[str, Any]:
-    """CPU model name, cores and torch version of this machine."""
+    """CPU model name, the vector instructions torch uses (AVX2, AVX512), whether the CPU has
+    bf16 ones (AVX512-BF16, AMX: bf16 autocast is emulated without), cores and torch version."""
     import torch
 
-    return {"cpu": cpu_name(), "cores": os.cpu_count(), "torch": torch.__version__}
+    from sentemb.progress import native_bf16
+
+    return {
+        "cpu": cpu_name(),
+        "isa": torch.backends.cpu.get_cpu_capability(),
+        "bf16": native_bf16(),
+        "cores": os.cpu_count(),
+        "torch": torch.__version__,
+    }
 
 
 def main() -> None:
