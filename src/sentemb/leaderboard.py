@@ -33,14 +33,7 @@ from sentemb.io import atomic_path, read_json, write_json
 from sentemb.registry import SUITES
 from sentemb.report.compare import compare
 from sentemb.report.markdown import REFINED, leaderboard
-from sentemb.report.runs import (
-    TFIDF,
-    UNTRAINED,
-    Experiment,
-    Reader,
-    load,
-    revision_reader,
-)
+from sentemb.report.runs import TFIDF, UNTRAINED, Experiment, Reader, load, revision_reader
 from sentemb.report.stats import CompareConfig, mean_std
 from sentemb.report.summary import headline
 from sentemb.tracking import flatten
@@ -232,7 +225,6 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
     current = code(read_head, reference.seeds[0])
     flat = flatten(reference.params)
     rows: dict[str, tuple[Candidate, Experiment, dict[str, Any]]] = {}
-    readers: dict[str, Reader] = {}
     stale = []
     for candidate in sorted(found, key=lambda c: (c.created, c.experiment is not None, c.commit)):
         read = revision_reader(candidate.commit, repo)
@@ -247,14 +239,14 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
             else load(read, candidate.experiment or candidate.commit[:7], ran)
         )
         params = differing(flatten(experiment.params), flat)
-        label = row_label(method, params)
-        rows[label], readers[label] = (candidate, experiment, params), read
+        rows[row_label(method, params)] = (candidate, experiment, params)
     experiments = {label: experiment for label, (_, experiment, _) in rows.items()}
     config = section(reference.params, "compare", CompareConfig)
     tested, versus = None, {}
     if BASELINE in experiments:
         versus = compare(experiments, BASELINE, config)
-        tested = tested_against(readers[BASELINE], experiments[BASELINE].params)
+        read = revision_reader(rows[BASELINE][0].commit, repo)
+        tested = tested_against(read, experiments[BASELINE].params)
     today = {"code": current, "params": flat, "tested_against": tested}
     kept, gone_stale = recorded(before, gone, today)
     board_rows = [

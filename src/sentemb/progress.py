@@ -189,15 +189,19 @@ def emulated_bf16(reads: set[str], params: Path = Path("params.yaml")) -> str | 
     a training step took 26x fp32's time, encoding 2.7x. x86 only: nothing else was measured."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return None
+    try:
+        values = load_params(params)
+    except ConfigError:  # the stages that read it say what is wrong
+        return None
     auto = []
-    for name, config in (("train", TrainConfig), ("model", ModelConfig)):
+    for name, cls in (("train", TrainConfig), ("model", ModelConfig)):
         if not reads & {name, f"{name}.precision"}:
             continue
         try:
-            values = section(load_params(params), name, config)
+            config = section(values, name, cls)
         except ConfigError:  # the stage that reads it says what is wrong
             continue
-        if values.precision == "auto" and not (name == "train" and on_gpu(values.device)):
+        if config.precision == "auto" and not (name == "train" and on_gpu(config.device)):
             auto.append(f"{name}.precision")
     if not auto or native_bf16():
         return None
