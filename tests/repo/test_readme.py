@@ -241,7 +241,11 @@ def test_benchmarks_floor_is_its_json(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize(
     ("script", "result"),
-    [("eval_compute.py", "eval_compute.json"), ("gpu.py", "gpu_bert_base.json")],
+    [
+        ("eval_compute.py", "eval_compute.json"),
+        ("gpu.py", "gpu_bert_base.json"),
+        ("gpu.py", "gpu_bert_base_h100.json"),
+    ],
 )
 def test_benchmarks_table_is_its_json(
     monkeypatch: pytest.MonkeyPatch, script: str, result: str
