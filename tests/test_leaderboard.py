@@ -95,14 +95,89 @@ def test_compare_tests_an_experiment_against_a_revision(repo: Path) -> None:
             ["HEAD", "no-such-exp"],
             "error: no-such-exp: neither a git revision nor a DVC experiment",
         ),
-        (["HEAD", "HEAD"], "error: HEAD: compared with itself"),
+        (["HEAD", "HEAD"], "error: HEAD and HEAD: one revision, compared with itself"),
+        (["HEAD~0", "HEAD"], "error: HEAD~0 and HEAD: one revision (both "),
         (["HEAD", "--noise=-1"], "error: argument --noise:"),
+        (["HEAD:params.yaml", "HEAD"], "error: HEAD:params.yaml: a git blob, not a commit"),
+        (["HEAD^{tree}", "HEAD"], "error: HEAD^{tree}: a git tree, not a commit"),
     ],
 )
 def test_compare_refuses_in_one_line(repo: Path, args: list[str], message: str) -> None:
     done = python(repo, "sentemb.compare", *args)
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith(message), done.stderr[-2000:]
+
+
+def clone_of(repo: Path, folder: Path) -> Path:
+    subprocess.run(["git", "clone", "-q", str(repo), str(folder)], check=True)
+    for ref in git(repo, "for-each-ref", "--format=%(refname)", "refs/exps").split():
+        git(folder, "fetch", "-q", str(repo), f"{ref}:{ref}")
+    return folder
+
+
+def test_compare_reads_the_repository_from_any_of_its_folders(repo: Path) -> None:
+    done = python(repo / "metrics", "sentemb.compare", "HEAD", "noisy-sscl")
+    assert done.returncode == 0 and done.stdout == python(repo, "sentemb.compare", "HEAD",
+        "noisy-sscl").stdout  # fmt: skip
+
+
+def test_compare_outside_a_repository_is_one_error(tmp_path: Path) -> None:
+    done = python(tmp_path, "sentemb.compare", "main", "HEAD")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.strip().endswith("not inside a DVC repository: run this in a clone of "
+        "the pipeline")  # fmt: skip
+
+
+def test_an_experiment_name_two_experiments_share_is_one_error(repo: Path, tmp_path: Path) -> None:
+    clone = clone_of(repo, tmp_path / "clone")
+    refs = dict(
+        reversed(line.split())
+        for line in git(clone, "for-each-ref", "--format=%(objectname) %(refname)").splitlines()
+    )
+    sscl = next(sha for ref, sha in refs.items() if ref.endswith("/noisy-sscl"))
+    other = next(sha for ref, sha in refs.items() if ref.endswith("/old-dclr"))
+    experiment_ref(clone, other, sscl, "noisy-sscl")  # the same name on another baseline
+    git(clone, "commit", "-q", "--allow-empty", "-m", "HEAD is neither baseline")
+    done = python(clone, "sentemb.compare", "HEAD", "noisy-sscl")
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1] == (
+        "error: noisy-sscl: names more than one DVC experiment (`dvc exp list --all-commits` "
+        "lists them): give the one you mean by its commit"
+    )
+
+
+def test_a_workspace_whose_params_are_not_its_outputs_is_refused(
+    repo: Path, tmp_path: Path
+) -> None:
+    """The workspace side is the outputs dvc.lock records, so params.yaml must be the params
+    they ran with: a method switched without `dvc repro` is refused, naming the param."""
+    clone = clone_of(repo, tmp_path / "clone")
+    lock = yaml.safe_load((clone / "dvc.lock").read_text())
+    lock["stages"]["train@1"]["params"] = {"params.yaml": {"method": "simcse", "seeds": [1, 2]}}
+    (clone / "dvc.lock").write_text(yaml.safe_dump(lock))
+    assert python(clone, "sentemb.compare", "noisy-sscl").returncode == 0
+    params = yaml.safe_load((clone / "params.yaml").read_text())
+    (clone / "params.yaml").write_text(yaml.safe_dump({**params, "method": "dclr"}))
+    done = python(clone, "sentemb.compare", "noisy-sscl")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "error: params.yaml differs from what dvc.lock ran (method), so the "
+        "workspace's outputs are not its params' results: `dvc repro` first"
+    )
+
+
+def test_compare_names_the_seeds_it_pairs_and_those_left_out(repo: Path, tmp_path: Path) -> None:
+    clone = clone_of(repo, tmp_path / "clone")
+    write_experiment(clone, fake_experiment("sscl", [2, 3], 3))
+    shutil.rmtree(clone / "metrics" / "runs" / "1")
+    shutil.rmtree(clone / "predictions" / "1")
+    git(clone, "add", "-A")
+    git(clone, "commit", "-qm", "seeds 2 and 3")
+    done = python(clone, "sentemb.compare", "HEAD~1", "HEAD")
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines[0] == "### `HEAD~1` → `HEAD`: simcse → sscl (seeds 2)"
+    assert lines[-1] == "Left out, having no pair: HEAD~1's seed(s) 1; HEAD's seed(s) 3."
 
 
 def test_compare_says_which_dvc_command_gets_missing_predictions(

@@ -16,40 +16,56 @@ predictions are in neither the cache nor a remote, the error says which `dvc` co
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from sentemb.cli import Parser, points, run_stage
-from sentemb.config import UserError, section
-from sentemb.report.compare import compare
+from sentemb.cli import Parser, points
+from sentemb.config import UserError, load_params, parse_yaml, section
+from sentemb.report.compare import compare, shared_seeds
 from sentemb.report.markdown import comparison
 from sentemb.report.runs import Experiment, folder_reader, load, revision_reader
 from sentemb.report.stats import CompareConfig
+from sentemb.review import resolve, root, run
 
 WORKSPACE = "workspace"
 
 
-def resolve(name: str, repo: Path) -> str:
-    """The commit of `name`: a git revision, else a DVC experiment's name; else an error."""
-    from dvc.repo import Repo
-    from dvc.repo.experiments.utils import resolve_name
+def stale_params(repo: Path) -> list[str]:
+    """The params whose value in the workspace's params.yaml differs from the one its dvc.lock
+    records a stage ran with: the workspace's outputs are not those params' results."""
+    lock = parse_yaml((repo / "dvc.lock").read_bytes(), "dvc.lock")
+    params = load_params(repo / "params.yaml")
+    stale = set()
+    for stage in (lock.get("stages") or {}).values():
+        for key, value in stage.get("params", {}).get("params.yaml", {}).items():
+            if lookup(params, key) != value:
+                stale.add(key)
+    return sorted(stale)
 
-    with Repo(str(repo)) as dvc:
-        try:
-            return dvc.scm.resolve_rev(name)
-        except Exception:  # scmrepo's RevError: not a git revision
-            ref = resolve_name(dvc.scm, [name])[name]
-            if ref is None:
+
+def lookup(params: dict[str, Any], key: str) -> Any:
+    """The value of dotted `key` (`refine.suites`) in `params`; None where absent."""
+    node: Any = params
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
+def experiment(name: str, repo: Path, commit: str | None) -> Experiment:
+    """The experiment `name` ran at `commit` (None: the working folder, whose outputs must be
+    those of its params); an error names `name` where it does not already."""
+    try:
+        if commit is None:
+            if stale := stale_params(repo):
                 raise UserError(
-                    f"{name}: neither a git revision nor a DVC experiment of this repository "
-                    "(`dvc exp list` shows the experiments)"
-                ) from None
-            return dvc.scm.get_ref(str(ref))
-
-
-def experiment(name: str, repo: Path) -> Experiment:
-    """The experiment of revision `name` (`workspace`: the working folder)."""
-    if name == WORKSPACE:
-        return load(folder_reader(repo), name)
-    return load(revision_reader(resolve(name, repo), repo, name), name)
+                    f"params.yaml differs from what dvc.lock ran ({', '.join(stale)}), so the "
+                    "workspace's outputs are not its params' results: `dvc repro` first"
+                )
+            return load(folder_reader(repo), name)
+        return load(revision_reader(commit, repo, name), name)
+    except UserError as err:
+        if name in str(err):
+            raise
+        raise UserError(f"{name}: {err}") from None
 
 
 def parser() -> Parser:
@@ -63,16 +79,27 @@ def parser() -> Parser:
 
 def main() -> None:
     args = parser().parse_args()
-    repo = Path()
-    old, new = experiment(args.a_rev, repo), experiment(args.b_rev, repo)
-    if args.a_rev == args.b_rev:
-        raise UserError(f"{args.a_rev}: compared with itself")
+    repo = root()
+    names = (args.a_rev, args.b_rev)
+    commits = [None if name == WORKSPACE else resolve(name, repo) for name in names]
+    if names[0] == names[1] or (commits[0] is not None and commits[0] == commits[1]):
+        same = f" (both {commits[0][:7]})" if commits[0] and names[0] != names[1] else ""
+        raise UserError(f"{names[0]} and {names[1]}: one revision{same}, compared with itself")
+    read = [experiment(n, repo, c) for n, c in zip(names, commits, strict=True)]
+    old, new = shared_seeds(dict(zip(names, read, strict=True))).values()
     config = section(new.params, "compare", CompareConfig)
     if args.noise is not None:
         config = CompareConfig(**{**config.__dict__, "noise": args.noise})
     results = compare({args.a_rev: old, args.b_rev: new}, args.a_rev, config)
     print(comparison(old, new, results[args.b_rev], config, args.tasks))
+    unpaired = [
+        f"{name}'s seed(s) {', '.join(map(str, left))}"
+        for name, full, kept in zip(names, read, (old, new), strict=True)
+        if (left := [s for s in full.seeds if s not in kept.seeds])
+    ]
+    if unpaired:
+        print(f"\nLeft out, having no pair: {'; '.join(unpaired)}.")
 
 
 if __name__ == "__main__":
-    run_stage(main)
+    run(main)

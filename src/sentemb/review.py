@@ -1,0 +1,71 @@
+"""What the review commands share (`compare`, `metrics_diff`, `leaderboard`): the repository
+they read, the commit a name stands for, and how they end.
+
+Run from any folder of a clone, each reads and writes at the repository's root, as `dvc` does;
+outside one it is one error. A name is a git revision that is a commit, or a DVC experiment's
+name; anything else (a tree, a file, an experiment name two experiments share) is one error
+naming it. Ctrl-C ends a command with status 130 and no traceback.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from sentemb.cli import run_stage
+from sentemb.config import UserError
+
+
+def root() -> Path:
+    """The root of the DVC repository the current folder is in; outside one, an error."""
+    from dvc.exceptions import NotDvcRepoError
+    from dvc.repo import Repo
+
+    try:
+        return Path(Repo.find_root()).resolve()
+    except NotDvcRepoError:
+        raise UserError(
+            f"{Path.cwd()}: not inside a DVC repository: run this in a clone of the pipeline"
+        ) from None
+
+
+def resolve(name: str, repo: Path) -> str:
+    """The commit `name` stands for: a git revision, else a DVC experiment's name."""
+    from dvc.repo import Repo
+    from dvc.repo.experiments.exceptions import AmbiguousExpRefInfo
+    from dvc.repo.experiments.utils import resolve_name
+
+    with Repo(str(repo)) as dvc:
+        try:
+            commit = dvc.scm.resolve_rev(name)
+        except Exception:  # scmrepo's RevError: not a git revision
+            try:
+                ref = resolve_name(dvc.scm, [name])[name]
+            except AmbiguousExpRefInfo:
+                raise UserError(
+                    f"{name}: names more than one DVC experiment (`dvc exp list --all-commits` "
+                    "lists them): give the one you mean by its commit"
+                ) from None
+            if ref is None:
+                raise UserError(
+                    f"{name}: neither a git revision nor a DVC experiment of this repository "
+                    "(`dvc exp list` shows the experiments)"
+                ) from None
+            commit = dvc.scm.get_ref(str(ref))
+    kind = subprocess.run(
+        ["git", "cat-file", "-t", commit], cwd=repo, capture_output=True, text=True
+    ).stdout.strip()
+    if kind != "commit":
+        raise UserError(f"{name}: a git {kind or 'object'}, not a commit")
+    return commit
+
+
+def run(main: Callable[[], None]) -> None:
+    """`run_stage(main)`, and Ctrl-C ends it with status 130 and no traceback."""
+    try:
+        run_stage(main)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
