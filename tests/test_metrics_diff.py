@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sentemb.metrics_diff import Change, changes, is_score, label, table
+from sentemb.metrics_diff import Change, MetricsDiffError, changes, is_score, label, table
 
 DIFF = {
     "metrics/runs/1/sts.json": {
@@ -33,19 +33,31 @@ DIFF = {
 
 
 def test_only_scores_below_the_noise_are_noise() -> None:
-    rows = changes(DIFF)
+    rows = changes(DIFF, "HEAD", "workspace")
     assert [(r.path.split("/")[-1], r.metric) for r in rows] == [
+        ("sts.json", "STS12"),
         ("sts.json", "avg"),
         ("sts.json", "repal.avg"),
-        ("sts.json", "STS12"),
         ("train.json", "best_dev"),
         ("train.json", "final_loss"),
         ("summary.json", "trained.sts.avg.mean"),
         ("summary.json", "trained.sts.avg.std"),
-    ]  # the string `method` is not a metric to compare
-    assert [label(r, 0.01) for r in rows] == ["noise", "", "", "noise", "", "noise", ""]
+    ]  # in the order of file and metric; the string `method` is not a metric to compare
+    assert [label(r, 0.01) for r in rows] == ["", "noise", "", "noise", "", "noise", ""]
     assert [label(r, 0.001) for r in rows] == [""] * 7
     assert label(Change("metrics/tfidf/sts.json", "avg", 80.0, 80.0 + 0.01), 0.01) == ""
+
+
+def test_rows_keep_one_order_whatever_order_dvc_gives() -> None:
+    shuffled = {path: dict(reversed(metrics.items())) for path, metrics in reversed(DIFF.items())}
+    assert changes(shuffled, "a", "b") == changes(DIFF, "a", "b")
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_metric_that_is_no_finite_number_is_an_error_naming_it(value: float) -> None:
+    diff = {"metrics/summary.json": {"trained.sts.avg.mean": {"old": 76.3, "new": value}}}
+    with pytest.raises(MetricsDiffError, match=r"^workspace:metrics/summary\.json: trained\.sts"):
+        changes(diff, "HEAD", "workspace")
 
 
 @pytest.mark.parametrize(
@@ -72,7 +84,7 @@ def test_scores_are_the_x100_metrics(path: str, metric: str, score: bool) -> Non
 
 
 def test_table_is_dvcs_with_a_note_column() -> None:
-    text = table(changes(DIFF), 0.01, "HEAD", "workspace")
+    text = table(changes(DIFF, "HEAD", "workspace"), 0.01, "HEAD", "workspace")
     lines = text.splitlines()
     assert lines[0] == "| Path | Metric | HEAD | workspace | Change | Note |"
     assert "| metrics/runs/1/sts.json | avg | 76.3217 | 76.3251 | +0.0034 | noise |" in lines
@@ -132,11 +144,31 @@ def test_metrics_diff_in_a_git_and_dvc_repo(tmp_path: Path) -> None:
     assert f"| {path} | trained.sts.avg.mean | 76.3217 | 76.3251 | +0.0034 | noise |" in detailed
     assert not any("steps" in line for line in detailed)  # unchanged
 
+    (tmp_path / "sub").mkdir()  # from any folder of the repository: the same diff
+    assert metrics_diff(tmp_path / "sub", "--all").stdout.splitlines() == detailed
+
+    unknown = "error: no-such-rev: neither a git revision nor a DVC experiment"
     for args, message, status in (
-        (["no-such-rev"], "error: dvc metrics diff: ", 1),
-        (["no-such-rev", "--all"], "error: git ls-tree: ", 1),
+        (["no-such-rev"], unknown, 1),
+        (["no-such-rev", "--all"], unknown, 1),
+        (["HEAD", "HEAD~0", "--all"], "error: HEAD and HEAD~0: one revision, compared with", 1),
+        (["HEAD:params.yaml"], "error: HEAD:params.yaml: a git blob, not a commit", 1),
         (["--noise", "-1"], "error: argument --noise: must be a finite number >= 0", 2),
     ):
         failed = metrics_diff(tmp_path, *args)
         assert failed.returncode == status and failed.stdout == ""
         assert failed.stderr.startswith(message) and len(failed.stderr.splitlines()) == 1
+
+    # a damaged file is one error naming it, never metrics shown as removed
+    scores.write_text("{}")
+    failed = metrics_diff(tmp_path, "--all")
+    assert failed.returncode == 1 and failed.stdout == ""
+    assert failed.stderr.startswith("error: workspace:plots/summary/scores.json: expected a list")
+    summary.write_text(summary.read_text()[:20])
+    for args, message in (
+        ([], "error: dvc metrics diff: "),
+        (["--all"], "error: workspace:metrics/summary.json: not valid JSON"),
+    ):
+        failed = metrics_diff(tmp_path, *args)
+        assert failed.returncode == 1 and failed.stdout == "", failed.stdout
+        assert failed.stderr.splitlines()[-1].startswith(message), failed.stderr

@@ -15,27 +15,36 @@ or GPU (README: "Which results are bit-identical"), so a changed score closer th
 old one says nothing about the change under review. DVC cannot be told so; this runs
 `dvc metrics diff --json` and prints its table (changed metrics only, as DVC does) with a last
 column that says `noise` where |Δ| < `compare.noise` for a score (Spearman, accuracy, MAP/MRR
-x 100). Other metrics (losses, counts, λs, alignment) are shown without a label.
+x 100). Other metrics (losses, counts, λs, alignment) are shown without a label. Rows are in
+the order of their file and metric.
+
+Either form reads the repository's root from any of its folders; a revision may be a DVC
+experiment's name (`sentemb.review`). A metrics file that is not valid JSON, or holds a NaN or
+an infinite number, is one error naming the revision and the file.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from sentemb.cli import Parser, points, run_stage
+from sentemb.cli import Parser, points
 from sentemb.config import UserError, load_params, section
 from sentemb.io import leaves
 from sentemb.registry import SUITES
 from sentemb.report.stats import NOISE, CompareConfig
+from sentemb.review import resolve, root, run
 from sentemb.tracking import SECONDS
 
 HEADLINE_ROWS = ("trained", "untrained", "tfidf")  # metrics/summary.json's rows of scores
+WORKSPACE = "workspace"
 SCORES = "plots/summary/scores.json"  # every number of every seed (stage summary)
+RECORD = {"seed", "file", "key", "score"}  # the keys of each of its records
 
 
 class MetricsDiffError(UserError):
@@ -68,18 +77,30 @@ def is_score(path: str, metric: str) -> bool:
     return name in SUITES or (name == "train" and metric in ("best_dev", "initial_dev"))
 
 
-def number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+def number(value: Any, where: str = "") -> float | None:
+    """`value` as a float (None when it is no number); NaN or infinite is an error at `where`."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    if not math.isfinite(value):
+        raise MetricsDiffError(f"{where}: {value}: a metric must be a finite number")
+    return float(value)
 
 
-def changes(diff: dict[str, dict[str, dict[str, Any]]]) -> list[Change]:
-    """The numeric metrics of `dvc metrics diff --json` output, in its order."""
-    return [
-        Change(path, metric, number(values.get("old")), number(values.get("new")))
+def changes(diff: dict[str, dict[str, dict[str, Any]]], old: str, new: str) -> list[Change]:
+    """The numeric metrics of `dvc metrics diff --json` output (`old`, `new`: the revisions'
+    names), in the order of their file and metric."""
+    rows = [
+        Change(
+            path,
+            metric,
+            number(values.get("old"), f"{old}:{path}: {metric}"),
+            number(values.get("new"), f"{new}:{path}: {metric}"),
+        )
         for path, metrics in diff.items()
         for metric, values in metrics.items()
-        if number(values.get("old")) is not None or number(values.get("new")) is not None
     ]
+    rows = [row for row in rows if row.old is not None or row.new is not None]
+    return sorted(rows, key=lambda row: (row.path, row.metric))
 
 
 def label(change: Change, noise: float) -> str:
@@ -117,36 +138,53 @@ def table(rows: list[Change], noise: float, old: str, new: str) -> str:
     return "\n".join(lines)
 
 
-def committed(revision: str | None) -> dict[tuple[str, str], float]:
-    """Every committed number at `revision` (None: the workspace's files git tracks), keyed by
-    (path, dotted key): the JSON files under metrics/ and the records of `SCORES`."""
+def committed(repo: Path, revision: str | None, name: str) -> dict[tuple[str, str], float]:
+    """Every committed number at commit `revision` (None: the workspace's files git tracks) of
+    `repo`, keyed by (path, dotted key): the JSON files under metrics/ and the records of
+    `SCORES`. A file that is not such JSON is an error naming `name` and the file."""
     listing = ["ls-files"] if revision is None else ["ls-tree", "-r", "--name-only", revision]
-    paths = git(*listing, "--", "metrics", SCORES).split()
+    paths = git(repo, *listing, "--", "metrics", SCORES).split()
     numbers: dict[tuple[str, str], float] = {}
-    for path in paths:
+    for path in (p for p in paths if p.endswith(".json")):
+        where = f"{name}:{path}"
         text = (
-            Path(path).read_text("utf-8") if revision is None else git("show", f"{revision}:{path}")
+            (repo / path).read_text("utf-8")
+            if revision is None
+            else git(repo, "show", f"{revision}:{path}")
         )
-        data = json.loads(text)
+        try:
+            data = json.loads(text)
+        except ValueError as err:
+            raise MetricsDiffError(f"{where}: not valid JSON ({err})") from None
         if path == SCORES:
-            for r in data:
-                numbers[(f"metrics/runs/{r['seed']}/{r['file']}.json", r["key"])] = r["score"]
-        elif path.endswith(".json"):
-            numbers.update(((path, key), value) for key, value in leaves(data))
+            if not isinstance(data, list) or not all(
+                isinstance(r, dict) and set(r) >= RECORD for r in data
+            ):
+                raise MetricsDiffError(f"{where}: expected a list of records with {sorted(RECORD)}")
+            found = {
+                (f"metrics/runs/{r['seed']}/{r['file']}.json", r["key"]): r["score"] for r in data
+            }
+        else:
+            found = {(path, key): value for key, value in leaves(data)}
+        for (file, key), value in found.items():
+            score = number(value, f"{where}: {key}")
+            if score is None:
+                raise MetricsDiffError(f"{where}: {key}: {value!r} is not a number")
+            numbers[(file, key)] = score
     return numbers
 
 
-def git(*args: str) -> str:
-    """The output of a git command; one error with git's message when it fails."""
-    result = subprocess.run(["git", *args], capture_output=True, text=True)
+def git(repo: Path, *args: str) -> str:
+    """The output of a git command in `repo`; one error with git's message when it fails."""
+    result = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
     if result.returncode != 0:
         raise MetricsDiffError(f"git {args[0]}: {result.stderr.strip() or 'failed'}")
     return result.stdout
 
 
-def details(old: str, new: str | None) -> list[Change]:
-    """The committed numbers that differ between revision `old` and `new` (None: workspace)."""
-    before, after = committed(old), committed(new)
+def details(repo: Path, old: str, new: str | None, names: tuple[str, str]) -> list[Change]:
+    """The committed numbers that differ between commit `old` and `new` (None: workspace)."""
+    before, after = committed(repo, old, names[0]), committed(repo, new, names[1])
     return [
         Change(path, key, before.get((path, key)), after.get((path, key)))
         for path, key in sorted(set(before) | set(after))
@@ -154,13 +192,20 @@ def details(old: str, new: str | None) -> list[Change]:
     ]
 
 
-def dvc_metrics_diff(arguments: list[str]) -> dict:
-    """The JSON of `dvc metrics diff --json <arguments>` (DVC's warnings passed on)."""
+def dvc_metrics_diff(repo: Path, arguments: list[str]) -> dict:
+    """The JSON of `dvc metrics diff --json <arguments>` in `repo` (DVC's warnings passed on);
+    a metrics file DVC could not read is an error, not metrics shown as removed."""
     command = [sys.executable, "-m", "dvc", "metrics", "diff", "--json", *arguments]
-    result = subprocess.run(command, capture_output=True, text=True)
+    result = subprocess.run(command, cwd=repo, capture_output=True, text=True)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
     if result.returncode != 0:
-        lines = [line for line in result.stderr.splitlines() if line.strip()]
         raise MetricsDiffError(f"dvc metrics diff: {lines[-1] if lines else 'failed'}")
+    unread = [line for line in lines if "failed to load" in line]
+    if unread:
+        raise MetricsDiffError(
+            f"dvc metrics diff: {unread[0].strip()} (is its metrics/summary.json valid JSON? "
+            "`python -m json.tool metrics/summary.json` says where it breaks)"
+        )
     sys.stderr.write(result.stderr)
     return json.loads(result.stdout or "{}")
 
@@ -171,19 +216,28 @@ def parser() -> Parser:
     parser.revision("b_rev", nargs="?", help="new revision (default the workspace)")
     parser.add_argument("--noise", type=points, help="score points (default compare.noise)")
     parser.add_argument("--all", action="store_true", help="every metrics file under metrics/")
-    parser.input("--params", default="params.yaml", folder=False)
+    parser.input("--params", folder=False, help="default: the repository's params.yaml")
     return parser
 
 
 def main() -> None:
     args = parser().parse_args()
+    repo = root()
+    names = (args.a_rev, args.b_rev or WORKSPACE)
+    commits = [None if name == WORKSPACE else resolve(name, repo) for name in names]
+    if names[0] == names[1] or (commits[0] is not None and commits[0] == commits[1]):
+        raise MetricsDiffError(f"{names[0]} and {names[1]}: one revision, compared with itself")
     noise = args.noise
     if noise is None:
-        noise = section(load_params(args.params), "compare", CompareConfig).noise
-    revisions = [args.a_rev, *([args.b_rev] if args.b_rev else [])]
-    rows = details(args.a_rev, args.b_rev) if args.all else changes(dvc_metrics_diff(revisions))
-    print(table(rows, noise, args.a_rev, args.b_rev or "workspace"))
+        noise = section(load_params(args.params or repo / "params.yaml"), "compare", CompareConfig)
+        noise = noise.noise
+    if args.all:
+        rows = details(repo, commits[0], commits[1], names)
+    else:
+        revisions = [commit or WORKSPACE for commit in commits]  # DVC's name for it too
+        rows = changes(dvc_metrics_diff(repo, revisions), *names)
+    print(table(rows, noise, *names))
 
 
 if __name__ == "__main__":
-    run_stage(main)
+    run(main)
