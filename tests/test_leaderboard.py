@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sentemb import leaderboard as leaderboard_module
+
 from support.experiments import fake_experiment, write_experiment
 
 CHAIN = ("train", "refine", "evaluate", "analyze")
@@ -322,6 +324,20 @@ def damaged(board: dict) -> list[tuple[str, str]]:
         broken = {k: v for k, v in row.items() if k != key}
         cases.append((json.dumps(board | {"rows": [broken]}), f"rows[0].{key}: missing"))
     cases.append((json.dumps(board | {"rows": [row | {"params": None}]}), "rows[0].params: None"))
+    sts, versus = row["scores"]["sts"], row["versus"]["sts"]
+    for name, entry, field, value in (
+        ("scores", sts, "mean", "76.3"),
+        ("scores", sts, "std", float("nan")),
+        ("scores", sts, "n", 0),
+        ("versus", versus, "difference", None),
+        ("versus", versus, "significant", "yes"),
+        ("versus", versus, "low", [1.0]),
+    ):
+        broken = row | {name: {"sts": entry | {field: value}}}
+        problem = f"rows[0].{name}.sts.{field}: {value!r} is not what a board holds"
+        cases.append((json.dumps(board | {"rows": [broken]}), problem))
+    mean_missing = row | {"scores": {"sts": {"std": 0.1, "n": 3}}}
+    cases.append((json.dumps(board | {"rows": [mean_missing]}), "rows[0].scores.sts.mean: missing"))
     return cases
 
 
@@ -338,6 +354,61 @@ def test_a_board_this_code_did_not_write_is_refused(listed: tuple[Path, dict]) -
         error = done.stderr.strip().splitlines()[-1]
         assert "reports/leaderboard.json: " in error and problem in error, (problem, error)
         assert path.read_text() == text and report.read_text() == before
+
+
+def test_the_board_is_the_repository_s_from_any_of_its_folders(
+    listed: tuple[Path, dict],
+) -> None:
+    clone, board = listed
+    done = python(clone / "metrics", "sentemb.leaderboard")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not (clone / "metrics" / "reports").exists()
+    assert json.loads((clone / "reports" / "leaderboard.json").read_text()) == board
+    report = (clone / "reports" / "leaderboard.md").read_text()
+    assert report.splitlines()[0] == leaderboard_module.TITLE
+
+
+@pytest.mark.parametrize("kind", ["link", "other file", "folder"])
+def test_a_report_path_the_board_did_not_write_is_refused_before_anything_is_written(
+    listed: tuple[Path, dict], kind: str
+) -> None:
+    """A link, a file that is not a leaderboard (a user's notes, params.yaml) or a folder at
+    `--report` is refused, and the JSON is left as it was: both are checked first."""
+    clone, _ = listed
+    path, notes = clone / "reports" / "leaderboard.json", clone / "notes.md"
+    path.write_text(path.read_text() + " ")  # a mark the board's rewrite would remove
+    notes.write_text("my notes\n")
+    target = clone / "reports" / "mine.md"
+    if kind == "link":
+        target.symlink_to(notes)
+    elif kind == "other file":
+        target.write_text("my notes\n")
+    else:
+        target.mkdir()
+    done = python(clone, "sentemb.leaderboard", "--report", "reports/mine.md")
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1].startswith("error: reports/mine.md: ")
+    assert path.read_text().endswith(" ") and notes.read_text() == "my notes\n"
+
+
+def test_an_experiment_that_cannot_be_read_is_left_out_not_a_stop(
+    listed: tuple[Path, dict],
+) -> None:
+    """An experiment whose params predate today's layout is a left-out row naming why; the
+    other rows are written."""
+    clone, board = listed
+    base = git(clone, "rev-parse", "HEAD")
+    (clone / "params.yaml").write_text("seed: 42\nmethods: [simcse]\n")
+    git(clone, "commit", "-qam", "an old layout")
+    experiment_ref(clone, base, git(clone, "rev-parse", "HEAD"), "old-layout")
+    git(clone, "reset", "-q", "--hard", base)
+    done = python(clone, "sentemb.leaderboard")
+    assert done.returncode == 0, done.stderr[-2000:]
+    after = json.loads((clone / "reports" / "leaderboard.json").read_text())
+    assert [row["label"] for row in after["rows"]] == [row["label"] for row in board["rows"]]
+    old = next(s for s in after["stale"] if s["label"] == "old-layout")
+    assert old["reason"].startswith("cannot be read: params.yaml: unknown top-level key(s)")
+    assert old["rerun"] == "dvc exp remove old-layout, or: dvc exp run --queue -S method=..."
 
 
 def test_a_shorter_run_of_today_s_code_keeps_the_recorded_rows(listed: tuple[Path, dict]) -> None:

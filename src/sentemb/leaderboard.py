@@ -23,19 +23,21 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sentemb.cli import Parser, run_stage
+from sentemb.cli import Parser
 from sentemb.config import UserError, params_from, parse_yaml, run_plan, section
-from sentemb.io import atomic_path, read_json, write_json
+from sentemb.io import atomic_path, check_output, read_json, write_json
 from sentemb.registry import SUITES
 from sentemb.report.compare import compare
 from sentemb.report.markdown import REFINED, leaderboard
 from sentemb.report.runs import TFIDF, UNTRAINED, Experiment, Reader, load, revision_reader
 from sentemb.report.stats import CompareConfig, mean_std
 from sentemb.report.summary import headline
+from sentemb.review import root, run
 from sentemb.tracking import flatten
 from sentemb.training.config import TrainConfig
 
@@ -46,6 +48,23 @@ BOARD_KEYS = ("code", "params", "tested_against", "rows", "stale")  # what a lat
 ROW_FIELDS = {"label": str, "method": str, "commit": str, "params": dict, "trained_on": str}
 ROW_FIELDS |= {"experiment": object, "seeds": list, "scores": dict, "versus": dict}
 STALE_FIELDS = {"label": str, "commit": str, "reason": str, "rerun": str}
+
+
+def finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def finite_or_none(value: Any) -> bool:
+    return value is None or finite(value)
+
+
+# what each entry of a row's `scores` and `versus` holds: a check and what it asks for
+SCORE_CHECKS = {"mean": finite, "std": finite, "n": lambda n: type(n) is int and n >= 1}
+VERSUS_CHECKS = {"difference": finite, "low": finite_or_none, "high": finite_or_none}
+VERSUS_CHECKS |= {"significant": lambda b: isinstance(b, bool), "p_seeds": finite_or_none}
+VERSUS_CHECKS |= {"below_noise": lambda b: isinstance(b, bool)}
+JSON, REPORT = Path("reports/leaderboard.json"), Path("reports/leaderboard.md")
+TITLE = "# Leaderboard"  # the report's first line
 ROWS = [row for suite in SUITES for row in (suite, *(f"{suite}/{r}" for r in REFINED))]
 
 
@@ -185,7 +204,10 @@ def listed(out: Path) -> dict[str, Any]:
     before = read_json(out)
     problem = board_problem(before)
     if problem:
-        raise UserError(f"{out}: {problem}: not a leaderboard this code wrote; restore it from git")
+        raise UserError(
+            f"{out}: {problem}: not a leaderboard this command wrote (its default: "
+            f"{JSON}); restore it from git, or give --json the board's path"
+        )
     return before
 
 
@@ -202,6 +224,23 @@ def board_problem(board: Any) -> str | None:
             return f"{where.rstrip('.') or 'the file'}: not a mapping"
         if problem := missing(entry, fields):
             return where + problem
+        if fields is ROW_FIELDS and (problem := numbers_problem(entry)):
+            return where + problem
+    return None
+
+
+def numbers_problem(row: dict[str, Any]) -> str | None:
+    """What is wrong with a row's `scores` (mean, std, n per suite row) or `versus` (the paired
+    tests per suite row), said with its key, or None."""
+    for name, checks in (("scores", SCORE_CHECKS), ("versus", VERSUS_CHECKS)):
+        for key, entry in row[name].items():
+            if not isinstance(entry, dict):
+                return f"{name}.{key}: not a mapping"
+            for field, check in checks.items():
+                if field not in entry:
+                    return f"{name}.{key}.{field}: missing"
+                if not check(entry[field]):
+                    return f"{name}.{key}.{field}: {entry[field]!r} is not what a board holds"
     return None
 
 
@@ -227,17 +266,24 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
     rows: dict[str, tuple[Candidate, Experiment, dict[str, Any]]] = {}
     stale = []
     for candidate in sorted(found, key=lambda c: (c.created, c.experiment is not None, c.commit)):
-        read = revision_reader(candidate.commit, repo)
-        ran = params_from(parse_yaml(read("params.yaml"), "params.yaml"), "params.yaml")
-        method, seeds = run_plan(ran)
-        if code(read, seeds[0]) != current:  # from git alone: its data may be gone
-            stale.append(left_out(method, candidate.commit, "ran other stage code"))
+        name = candidate.experiment or candidate.commit[:7]
+        method = name  # until its params say
+        try:
+            read = revision_reader(candidate.commit, repo)
+            ran = params_from(parse_yaml(read("params.yaml"), "params.yaml"), "params.yaml")
+            method, seeds = run_plan(ran)
+            if code(read, seeds[0]) != current:  # from git alone: its data may be gone
+                stale.append(left_out(method, candidate.commit, "ran other stage code"))
+                continue
+            experiment = reference if candidate is head else load(read, name, ran)
+        except UserError as err:  # an experiment that cannot be a row blocks no other row
+            if candidate is head:
+                raise
+            entry = left_out(method, candidate.commit, f"cannot be read: {err}")
+            if method == name:  # its params could not say its method
+                entry["rerun"] = f"dvc exp remove {name}, or: dvc exp run --queue -S method=..."
+            stale.append(entry)
             continue
-        experiment = (
-            reference
-            if candidate is head
-            else load(read, candidate.experiment or candidate.commit[:7], ran)
-        )
         params = differing(flatten(experiment.params), flat)
         rows[row_label(method, params)] = (candidate, experiment, params)
     experiments = {label: experiment for label, (_, experiment, _) in rows.items()}
@@ -288,17 +334,37 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
 
 def parser() -> Parser:
     parser = Parser(__doc__)
-    parser.output("--json", default="reports/leaderboard.json")
-    parser.output("--report", default="reports/leaderboard.md")
+    parser.output("--json", help=f"default: the repository's {JSON}")
+    parser.output("--report", help=f"default: the repository's {REPORT}")
     return parser
+
+
+def check_report(path: Path) -> None:
+    """Refuse to write the report over a link, or over a file that is not a leaderboard (its
+    first line `TITLE`): a user's notes or a tracked file given to `--report` by mistake."""
+    check_output(path)
+    if path.is_symlink():
+        raise UserError(f"{path}: a link: not replaced by the leaderboard; give another --report")
+    if path.is_file():
+        with path.open(encoding="utf-8", errors="replace") as file:
+            if file.readline().rstrip("\n") != TITLE:
+                raise UserError(
+                    f"{path}: not a leaderboard this command wrote (its first line is not "
+                    f"{TITLE!r}): not replaced; give another --report"
+                )
 
 
 def main() -> None:
     args = parser().parse_args()
-    board = build(Path(), args.json)
+    repo = root()
+    out, report_path = args.json or repo / JSON, args.report or repo / REPORT
+    check_report(report_path)  # both outputs refused before either is written
+    if out.is_symlink():
+        raise UserError(f"{out}: a link: not replaced by the leaderboard; give another --json")
+    board = build(repo, out)
     report = leaderboard(board)
-    write_json(args.json, board)
-    with atomic_path(args.report) as tmp:
+    write_json(out, board)
+    with atomic_path(report_path) as tmp:
         tmp.write_text(report, encoding="utf-8")
     for row in board["stale"]:
         log.warning(
@@ -308,8 +374,8 @@ def main() -> None:
             row["reason"],
             row["rerun"],
         )
-    log.info("%d row(s): %s", len(board["rows"]), args.report)
+    log.info("%d row(s): %s", len(board["rows"]), report_path)
 
 
 if __name__ == "__main__":
-    run_stage(main)
+    run(main)
