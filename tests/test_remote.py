@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sentemb.remote import remotes, unreachable, wait_seconds
+from sentemb.remote import NOT_PULLED, main, remotes, unreachable, wait_seconds
 from sentemb.services import CONNECT_SECONDS
 
 from support.services import remote_of
@@ -76,3 +76,25 @@ def test_remotes_are_read_as_dvc_reads_them(tmp_path: Path) -> None:
     assert configs["store"]["url"] == str(tmp_path / "remote")  # relative to .dvc/
     assert configs["web"]["url"] == "https://example.org/dvc"
     assert wait_seconds(configs["web"]) == 30
+
+
+@pytest.mark.parametrize("url", ["ssh://host:abc/x", "ssh://host:99999/x", "https://host:x/y"])
+def test_a_url_with_a_port_that_is_no_port_is_unreachable_not_a_traceback(url: str) -> None:
+    why = unreachable({"url": url})
+    assert why is not None and "Port" in why
+
+
+def test_named_targets_not_pulled_exit_1_and_make_pull_exits_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`make pull` (no targets) never stops `make repro`; a target the user named and that was
+    not pulled (here: no remote) is exit 1 with one warning."""
+    from dvc.repo import Repo
+
+    Repo.init(str(tmp_path), no_scm=True)
+    monkeypatch.chdir(tmp_path)
+    main(["pull"])
+    with pytest.raises(SystemExit) as stopped:
+        main(["pull", "no/such/target"])
+    assert stopped.value.code == 1
+    assert capsys.readouterr().err == f"warning: no DVC remote is configured; {NOT_PULLED}\n"

@@ -13,7 +13,8 @@ gets one first contact (:func:`unreachable`) of at most
 WebDAV or S3/GCS endpoint must answer one request (any status); an SSH server must send its
 version line. If it does not, one warning and no pull. If it does, ``dvc pull --allow-missing``
 with DVC's own settings; its failure warns too. Either way the exit status is 0: `dvc repro`
-computes what was not pulled.
+computes what was not pulled. Targets named on the command line are the exception: when they
+are not pulled (no remote, none that answers, a target DVC does not know), the status is 1.
 """
 
 from __future__ import annotations
@@ -81,8 +82,11 @@ def unreachable(config: Mapping[str, Any]) -> str | None:
     """Why the remote of `config` (one entry of :func:`remotes`) gives no answer within
     :func:`wait_seconds`; None if it answers, or if it is of a kind this does not contact
     (Azure, HDFS, ...: DVC's plugin decides)."""
-    seconds = wait_seconds(config)
-    contact = _contact(config, seconds)
+    try:
+        seconds = wait_seconds(config)
+        contact = _contact(config, seconds)
+    except ValueError as exc:  # a port or timeout that is no number: DVC could not use it either
+        return reason(exc)
     if contact is None:
         return None
     try:
@@ -92,18 +96,21 @@ def unreachable(config: Mapping[str, Any]) -> str | None:
     return None
 
 
-def pull(targets: Sequence[str] = (), root: str | Path = ".") -> None:
+def pull(targets: Sequence[str] = (), root: str | Path = ".") -> bool:
     """``dvc pull --allow-missing [targets]`` where a remote is configured and the default one
-    answers; otherwise, or if the pull fails, one warning on stderr."""
+    answers; otherwise, or if the pull fails, one warning on stderr (with `targets`, also
+    where no remote is configured). Whether it pulled."""
     from dvc.exceptions import DvcException
 
     try:
         default, configs = remotes(root)
     except DvcException as exc:
         print(f"warning: DVC config unreadable ({reason(exc)}); {NOT_PULLED}", file=sys.stderr)
-        return
+        return False
     if not configs:
-        return
+        if targets:
+            print(f"warning: no DVC remote is configured; {NOT_PULLED}", file=sys.stderr)
+        return False
     if default in configs:
         why = unreachable(configs[default])
         if why is not None:
@@ -113,10 +120,12 @@ def pull(targets: Sequence[str] = (), root: str | Path = ".") -> None:
                 f"{NOT_PULLED}",
                 file=sys.stderr,
             )
-            return
+            return False
     command = [sys.executable, "-m", "dvc", "pull", "--allow-missing", *targets]
     if subprocess.run(command, cwd=root).returncode != 0:
         print(f"warning: dvc pull failed (see above); {NOT_PULLED}", file=sys.stderr)
+        return False
+    return True
 
 
 def parser() -> Parser:
@@ -127,7 +136,9 @@ def parser() -> Parser:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    pull(parser().parse_args(argv).targets)
+    targets = parser().parse_args(argv).targets
+    if not pull(targets) and targets:  # a named target not pulled is the caller's to know
+        sys.exit(1)
 
 
 if __name__ == "__main__":
