@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from sentemb import leaderboard as leaderboard_module
+from sentemb.config import UserError
 
 from support.experiments import fake_experiment, write_experiment
 
@@ -342,12 +343,19 @@ def damaged(board: dict) -> list[tuple[str, str]]:
 
 
 def test_a_board_this_code_did_not_write_is_refused(listed: tuple[Path, dict]) -> None:
-    """A damaged or hand-broken leaderboard.json is one error naming it and what is wrong;
-    it and the report are left as they were."""
+    """A damaged or hand-broken leaderboard.json is one error naming it and what is wrong
+    (every case read as the command reads it; three run as the command, whose JSON and report
+    are then left as they were)."""
     clone, board = listed
     path, report = clone / "reports" / "leaderboard.json", clone / "reports" / "leaderboard.md"
     before = report.read_text()
-    for text, problem in damaged(board):
+    cases = damaged(board)
+    for text, problem in cases:
+        path.write_text(text)
+        with pytest.raises(UserError) as err:
+            leaderboard_module.listed(path)
+        assert str(err.value).startswith(f"{path}: ") and problem in str(err.value), problem
+    for text, problem in (cases[0], cases[2], cases[-2]):  # bad JSON, a key, a row's number
         path.write_text(text)
         done = python(clone, "sentemb.leaderboard")
         assert done.returncode != 0 and "Traceback" not in done.stderr, (text, done.stderr)
