@@ -151,7 +151,7 @@ def test_metrics_diff_in_a_git_and_dvc_repo(tmp_path: Path) -> None:
     for args, message, status in (
         (["no-such-rev"], unknown, 1),
         (["no-such-rev", "--all"], unknown, 1),
-        (["HEAD", "HEAD~0", "--all"], "error: HEAD and HEAD~0: one revision, compared with", 1),
+        (["HEAD", "HEAD~0", "--all"], "error: HEAD and HEAD~0: one revision (both ", 1),
         (["HEAD:params.yaml"], "error: HEAD:params.yaml: a git blob, not a commit", 1),
         (["--noise", "-1"], "error: argument --noise: must be a finite number >= 0", 2),
     ):

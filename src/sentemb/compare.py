@@ -24,9 +24,7 @@ from sentemb.report.compare import compare, shared_seeds
 from sentemb.report.markdown import comparison
 from sentemb.report.runs import Experiment, folder_reader, load, revision_reader
 from sentemb.report.stats import CompareConfig
-from sentemb.review import resolve, root, run
-
-WORKSPACE = "workspace"
+from sentemb.review import WORKSPACE, commits, root, run
 
 
 def stale_params(repo: Path) -> list[str]:
@@ -81,11 +79,7 @@ def main() -> None:
     args = parser().parse_args()
     repo = root()
     names = (args.a_rev, args.b_rev)
-    commits = [None if name == WORKSPACE else resolve(name, repo) for name in names]
-    if names[0] == names[1] or (commits[0] is not None and commits[0] == commits[1]):
-        same = f" (both {commits[0][:7]})" if commits[0] and names[0] != names[1] else ""
-        raise UserError(f"{names[0]} and {names[1]}: one revision{same}, compared with itself")
-    read = [experiment(n, repo, c) for n, c in zip(names, commits, strict=True)]
+    read = [experiment(n, repo, c) for n, c in zip(names, commits(names, repo), strict=True)]
     old, new = shared_seeds(dict(zip(names, read, strict=True))).values()
     config = section(new.params, "compare", CompareConfig)
     if args.noise is not None:

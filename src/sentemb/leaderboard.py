@@ -339,17 +339,19 @@ def parser() -> Parser:
     return parser
 
 
-def check_report(path: Path) -> None:
-    """Refuse to write the report over a link, or over a file that is not a leaderboard (its
-    first line `TITLE`): a user's notes or a tracked file given to `--report` by mistake."""
-    check_output(path)
-    if path.is_symlink():
-        raise UserError(f"{path}: a link: not replaced by the leaderboard; give another --report")
-    if path.is_file():
-        with path.open(encoding="utf-8", errors="replace") as file:
+def check_outputs(out: Path, report: Path) -> None:
+    """Refuse to write the board over a link, or the report over a file that is not a
+    leaderboard (its first line `TITLE`): a user's notes or a tracked file given to `--report`
+    by mistake. (A JSON that is no board is refused when `listed` reads it.)"""
+    check_output(report)
+    for path, flag in ((report, "--report"), (out, "--json")):
+        if path.is_symlink():
+            raise UserError(f"{path}: a link: not replaced by the leaderboard; give another {flag}")
+    if report.is_file():
+        with report.open(encoding="utf-8", errors="replace") as file:
             if file.readline().rstrip("\n") != TITLE:
                 raise UserError(
-                    f"{path}: not a leaderboard this command wrote (its first line is not "
+                    f"{report}: not a leaderboard this command wrote (its first line is not "
                     f"{TITLE!r}): not replaced; give another --report"
                 )
 
@@ -358,9 +360,7 @@ def main() -> None:
     args = parser().parse_args()
     repo = root()
     out, report_path = args.json or repo / JSON, args.report or repo / REPORT
-    check_report(report_path)  # both outputs refused before either is written
-    if out.is_symlink():
-        raise UserError(f"{out}: a link: not replaced by the leaderboard; give another --json")
+    check_outputs(out, report_path)  # both refused before either is written
     board = build(repo, out)
     report = leaderboard(board)
     write_json(out, board)

@@ -38,11 +38,10 @@ from sentemb.config import UserError, load_params, section
 from sentemb.io import leaves
 from sentemb.registry import SUITES
 from sentemb.report.stats import NOISE, CompareConfig
-from sentemb.review import resolve, root, run
+from sentemb.review import WORKSPACE, commits, root, run
 from sentemb.tracking import SECONDS
 
 HEADLINE_ROWS = ("trained", "untrained", "tfidf")  # metrics/summary.json's rows of scores
-WORKSPACE = "workspace"
 SCORES = "plots/summary/scores.json"  # every number of every seed (stage summary)
 RECORD = {"seed", "file", "key", "score"}  # the keys of each of its records
 
@@ -224,17 +223,15 @@ def main() -> None:
     args = parser().parse_args()
     repo = root()
     names = (args.a_rev, args.b_rev or WORKSPACE)
-    commits = [None if name == WORKSPACE else resolve(name, repo) for name in names]
-    if names[0] == names[1] or (commits[0] is not None and commits[0] == commits[1]):
-        raise MetricsDiffError(f"{names[0]} and {names[1]}: one revision, compared with itself")
+    old, new = commits(names, repo)
     noise = args.noise
     if noise is None:
         noise = section(load_params(args.params or repo / "params.yaml"), "compare", CompareConfig)
         noise = noise.noise
     if args.all:
-        rows = details(repo, commits[0], commits[1], names)
+        rows = details(repo, old, new, names)
     else:
-        revisions = [commit or WORKSPACE for commit in commits]  # DVC's name for it too
+        revisions = [commit or WORKSPACE for commit in (old, new)]  # DVC's name for it too
         rows = changes(dvc_metrics_diff(repo, revisions), *names)
     print(table(rows, noise, *names))
 

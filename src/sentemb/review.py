@@ -3,8 +3,9 @@ they read, the commit a name stands for, and how they end.
 
 Run from any folder of a clone, each reads and writes at the repository's root, as `dvc` does;
 outside one it is one error. A name is a git revision that is a commit, or a DVC experiment's
-name; anything else (a tree, a file, an experiment name two experiments share) is one error
-naming it. Ctrl-C ends a command with status 130 and no traceback.
+name, or `workspace` (the working folder); anything else (a tree, a file, an experiment name
+two experiments share) is one error naming it, as are two names of one commit. Ctrl-C ends a
+command with status 130 and no traceback.
 """
 
 from __future__ import annotations
@@ -13,9 +14,12 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from sentemb.cli import run_stage
 from sentemb.config import UserError
+
+WORKSPACE = "workspace"  # the working folder, as DVC names it
 
 
 def root() -> Path:
@@ -31,31 +35,43 @@ def root() -> Path:
         ) from None
 
 
-def resolve(name: str, repo: Path) -> str:
-    """The commit `name` stands for: a git revision, else a DVC experiment's name."""
+def commits(names: tuple[str, str], repo: Path) -> list[str | None]:
+    """The commit each of the two `names` stands for (None: `WORKSPACE`), read with one open of
+    the repository; two names of one revision are an error."""
     from dvc.repo import Repo
+
+    with Repo(str(repo)) as dvc:
+        found = [None if name == WORKSPACE else resolve(name, dvc) for name in names]
+    if names[0] == names[1] or (found[0] is not None and found[0] == found[1]):
+        same = f" (both {found[0][:7]})" if found[0] and names[0] != names[1] else ""
+        raise UserError(f"{names[0]} and {names[1]}: one revision{same}, compared with itself")
+    return found
+
+
+def resolve(name: str, dvc: Any) -> str:
+    """The commit `name` stands for in the open DVC repository `dvc`: a git revision, else a
+    DVC experiment's name."""
     from dvc.repo.experiments.exceptions import AmbiguousExpRefInfo
     from dvc.repo.experiments.utils import resolve_name
 
-    with Repo(str(repo)) as dvc:
+    try:
+        commit = dvc.scm.resolve_rev(name)
+    except Exception:  # scmrepo's RevError: not a git revision
         try:
-            commit = dvc.scm.resolve_rev(name)
-        except Exception:  # scmrepo's RevError: not a git revision
-            try:
-                ref = resolve_name(dvc.scm, [name])[name]
-            except AmbiguousExpRefInfo:
-                raise UserError(
-                    f"{name}: names more than one DVC experiment (`dvc exp list --all-commits` "
-                    "lists them): give the one you mean by its commit"
-                ) from None
-            if ref is None:
-                raise UserError(
-                    f"{name}: neither a git revision nor a DVC experiment of this repository "
-                    "(`dvc exp list` shows the experiments)"
-                ) from None
-            commit = dvc.scm.get_ref(str(ref))
+            ref = resolve_name(dvc.scm, [name])[name]
+        except AmbiguousExpRefInfo:
+            raise UserError(
+                f"{name}: names more than one DVC experiment (`dvc exp list --all-commits` "
+                "lists them): give the one you mean by its commit"
+            ) from None
+        if ref is None:
+            raise UserError(
+                f"{name}: neither a git revision nor a DVC experiment of this repository "
+                "(`dvc exp list` shows the experiments)"
+            ) from None
+        commit = dvc.scm.get_ref(str(ref))
     kind = subprocess.run(
-        ["git", "cat-file", "-t", commit], cwd=repo, capture_output=True, text=True
+        ["git", "cat-file", "-t", commit], cwd=dvc.root_dir, capture_output=True, text=True
     ).stdout.strip()
     if kind != "commit":
         raise UserError(f"{name}: a git {kind or 'object'}, not a commit")
