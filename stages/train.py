@@ -27,7 +27,7 @@ from sentemb.io import check_folder, check_output, write_json
 from sentemb.report.plots import save, training_curves
 from sentemb.tracking import mlflow_run
 from sentemb.training.config import TrainConfig
-from sentemb.training.run import prepare, torchrun
+from sentemb.training.run import check_params, prepare, torchrun
 
 log = logging.getLogger("train")
 PLOTS = ("dev_curve.json", "loss_curve.json", "train_curves.png")  # written into --plots
@@ -55,6 +55,7 @@ def main() -> None:
     check_folder(args.checkpoints)
     params = load_params(args.params)
     use_nltk_data(section(params, "data", DataConfig), args.params)
+    check_params(params)  # once, before torchrun starts a process per GPU
     nproc = section(params, "train", TrainConfig).nproc
     if nproc > 1 and "WORLD_SIZE" not in os.environ:  # not yet under torchrun
         torchrun(nproc)

@@ -318,6 +318,64 @@ def test_every_numeric_param_outside_its_range_is_one_error_naming_it(
     assert str(err.value).startswith(f"{dotted}.{name}"), str(err.value)
 
 
+CHOICE_LISTS = [  # (section, key, a known entry, whether it may be empty)
+    ("eval.sts", "tasks", "STS12", False),
+    ("eval.chinese", "tasks", "ATEC", False),
+    ("eval.transfer", "tasks", "MR", False),
+    ("eval.retrieval", "qqp_splits", "dev", False),
+    ("eval.retrieval", "offline_sets", "BQ", True),
+]
+
+
+@pytest.mark.parametrize(("dotted", "key", "known", "empty"), CHOICE_LISTS)
+def test_every_list_of_choices_refuses_unknown_repeated_and_no_entries(
+    dotted: str, key: str, known: str, empty: bool
+) -> None:
+    """The class of list params that name tasks or sets: an unknown or repeated entry, and no
+    entry where one is needed, are one error naming the param (an empty list used to reach the
+    suite, whose error named no param)."""
+    cls = params_sections()[dotted]
+    cases = [([known, "nope"], "unknown ['nope']"), ([known, known], "repeated entries")]
+    cases += [] if empty else [([], "must name at least one of")]
+    for value, message in cases:
+        with pytest.raises(ConfigError) as err:
+            section(nested(dotted, {key: value}), dotted, cls)
+        assert str(err.value).startswith(f"{dotted}.{key}: {message}"), str(err.value)
+    if empty:
+        section(nested(dotted, {key: []}), dotted, cls)
+
+
+def test_an_empty_chinese_model_name_is_refused_not_the_main_model() -> None:
+    cls = params_sections()["eval.chinese"]
+    with pytest.raises(ConfigError, match=r"^eval\.chinese\.model: an empty name; null means"):
+        section(nested("eval.chinese", {"model": " "}), "eval.chinese", cls)
+
+
+UNBOUNDED_INTS = [
+    (d, c, n, h)
+    for d, c, n, h in NUMERIC
+    if int in {a for x in [h, *typing.get_args(h)] for a in [x, *typing.get_args(x)]}
+    and all(bound.high is None for bound in ranges_of(h))
+]
+
+
+@pytest.mark.parametrize(
+    ("dotted", "cls", "name", "hint"),
+    UNBOUNDED_INTS,
+    ids=[f"{d}.{n}" for d, _, n, _ in UNBOUNDED_INTS],
+)
+def test_every_integer_param_without_a_bound_of_its_own_stops_at_the_largest_c_int(
+    dotted: str, cls: type, name: str, hint: object
+) -> None:
+    """The class of counts no library takes (10**20 overflowed torch, NumPy, joblib and
+    islice with a traceback): one bound, `LARGEST`, for every integer param without its own."""
+    listed = "list" in str(hint)
+    values = nested(dotted, {name: [2**31] if listed else 2**31})
+    with pytest.raises(ConfigError, match=r"must be <= 2147483647") as err:
+        section(values, dotted, cls)
+    assert str(err.value).startswith(f"{dotted}.{name}"), str(err.value)
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from sentemb import encoder as encoder_module
 from sentemb import model_files
 from sentemb.config import ConfigError, section
 from sentemb.encoder import Encoder, autocast_dtype
@@ -224,9 +225,48 @@ def test_positions_leave_out_those_a_roberta_reserves(tiny_model_dir: Path) -> N
     assert vectors.shape == (1, 8)
 
 
+@pytest.mark.parametrize(
+    ("machine", "probes", "native"),
+    [
+        ("x86_64", {"_is_avx512_bf16_supported": True, "_is_amx_tile_supported": False}, True),
+        ("x86_64", {"_is_avx512_bf16_supported": False, "_is_amx_tile_supported": True}, True),
+        ("AMD64", {"_is_avx512_bf16_supported": False, "_is_amx_tile_supported": False}, False),
+        ("x86_64", {}, True),  # a torch without the probes: assumed, as before
+        ("aarch64", {"_is_avx512_bf16_supported": False, "_is_amx_tile_supported": False}, True),
+    ],
+)
+def test_native_bf16_reads_the_cpu(
+    monkeypatch: pytest.MonkeyPatch, machine: str, probes: dict[str, bool], native: bool
+) -> None:
+    """x86 without AVX512-BF16 or AMX emulates bf16 (a training step 26x fp32's time on an
+    AVX2-only AMD EPYC); no other CPU was measured, so it keeps bf16."""
+    monkeypatch.setattr(encoder_module.platform, "machine", lambda: machine)
+    for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
+        if probe in probes:
+            monkeypatch.setattr(torch.cpu, probe, lambda value=probes[probe]: value, raising=False)
+        else:
+            monkeypatch.delattr(torch.cpu, probe, raising=False)
+    assert encoder_module.native_bf16.__wrapped__() is native
+
+
+@pytest.mark.parametrize(
+    ("precision", "native", "expected"),
+    [
+        ("auto", True, torch.bfloat16),
+        ("auto", False, None),  # emulated bf16 would be slower than fp32
+        ("bf16", False, torch.bfloat16),  # asked for: kept
+        ("fp16", True, torch.float16),
+        ("fp32", True, None),
+    ],
+)
+def test_auto_precision_on_cpu_is_bf16_only_where_native(
+    monkeypatch: pytest.MonkeyPatch, precision: str, native: bool, expected: torch.dtype | None
+) -> None:
+    monkeypatch.setattr(encoder_module, "native_bf16", lambda: native)
+    assert autocast_dtype(precision, torch.device("cpu")) == expected
+
+
 def test_precision_param_and_bf16_encoding(tiny_encoder: Encoder) -> None:
-    cpu = torch.device("cpu")
-    assert autocast_dtype("auto", cpu) == torch.bfloat16 and autocast_dtype("fp32", cpu) is None
     with pytest.raises(ConfigError, match=r"model\.precision: 'int8' is not one of"):
         section({"model": {"precision": "int8"}}, "model", ModelConfig)
     sentences = ["a short one", "and a somewhat longer sentence to encode"]

@@ -10,10 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 
-from sentemb import progress
 from sentemb.progress import Progress, clock, dvc_plan, follow, recorded_seconds
 
 FAKE_DVC = """import sys
@@ -132,96 +130,3 @@ def test_module_runs_dvc_repro_with_progress_lines(tiny_repo: Path) -> None:
     assert [line.split("] ")[0].split("[")[1] for line in lines] == ["1/3", "2/3", "3/3"]
     assert lines[0].endswith("~2 min left")  # 3 x 30 s and lines[2].endswith("~30 s left")
     assert (tiny_repo / "out-y").read_text() == "c\n"
-
-
-def params_file(tmp_path: Path, train: str, model: str, device: str = "auto") -> Path:
-    """The repository's params.yaml with `train.precision`, `model.precision` and
-    `train.device` set."""
-    from support import REPO
-
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
-    params["train"]["precision"], params["model"]["precision"] = train, model
-    params["train"]["device"] = device
-    path = tmp_path / "params.yaml"
-    path.write_text(yaml.safe_dump(params))
-    return path
-
-
-BOTH = "train.precision, model.precision"
-
-
-@pytest.mark.parametrize(
-    ("train", "model", "reads", "host", "named"),
-    [
-        ("auto", "auto", {"train", "model", "eval"}, {}, BOTH),
-        ("fp32", "auto", {"train", "model"}, {}, "model.precision"),
-        ("auto", "fp32", {"train", "model"}, {}, "train.precision"),
-        ("auto", "auto", {"model.precision", "analysis"}, {}, "model.precision"),  # analyze
-        ("auto", "auto", {"model", "eval"}, {}, "model.precision"),  # evaluate alone
-        ("fp32", "fp32", {"train", "model"}, {}, None),
-        ("bf16", "bf16", {"train", "model"}, {}, None),  # asked for: run as asked
-        ("auto", "auto", {"tfidf", "eval"}, {}, None),  # TF-IDF: no model
-        ("auto", "auto", {"train", "model"}, {"native": True}, None),  # AVX512-BF16 or AMX
-        ("auto", "auto", {"train", "model"}, {"cuda": True}, "model.precision"),  # GPU trains
-        ("auto", "auto", {"train", "model"}, {"cuda": True, "device": "cpu"}, BOTH),
-        ("auto", "auto", {"train", "model"}, {"machine": "aarch64"}, None),  # not measured
-        ("auto", "bad", {"train", "model"}, {}, "train.precision"),  # model's: its stage says
-    ],
-)
-def test_auto_precision_on_a_cpu_that_emulates_bf16_is_named(
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    train: str,
-    model: str,
-    reads: set[str],
-    host: dict,
-    named: str | None,
-) -> None:
-    monkeypatch.setattr(progress, "native_bf16", lambda: host.get("native", False))
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: host.get("cuda", False))
-    monkeypatch.setattr(progress.platform, "machine", lambda: host.get("machine", "x86_64"))
-    params = params_file(tmp_path, train, model, host.get("device", "auto"))
-    why = progress.emulated_bf16(reads, params)
-    if named is None:
-        assert why is None
-    else:
-        assert why is not None and why.startswith(f"{named}: auto is bf16 autocast on CPU")
-        assert "fp32" in why and "`dvc repro` itself" in why
-
-
-def test_the_plan_names_the_params_of_its_stages_that_encode(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Only stages that depend on the encoder count: a summary reading `model` does not."""
-    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
-    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
-    subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=tmp_path, check=True, env=env)
-    (tmp_path / "src" / "sentemb").mkdir(parents=True)
-    (tmp_path / "src" / "sentemb" / "encoder.py").write_text("")
-    (tmp_path / "params.yaml").write_text("model: {precision: auto}\neval: {x: 1}\nt: 1\n")
-    encode = {"cmd": "echo > e", "deps": ["src/sentemb/encoder.py"], "outs": ["e"]}
-    summary = {"cmd": "echo > s", "deps": ["e"], "outs": ["s"], "params": ["model", "t"]}
-    stages = {"encode": encode | {"params": ["model.precision", "eval"]}, "summary": summary}
-    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}))
-    monkeypatch.chdir(tmp_path)
-    assert dvc_plan([]).reads == {"model.precision", "eval"}
-    assert dvc_plan(["-s", "summary"]).reads == set()
-
-
-def test_a_plan_that_would_emulate_bf16_stops_before_dvc(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """One error, exit status 2, and DVC never starts (nothing written)."""
-    params_file(tmp_path, "auto", "fp32")
-    monkeypatch.chdir(tmp_path)
-    plan = Progress(["train@42", "evaluate@42"], reads={"train", "model", "eval"})
-    monkeypatch.setattr(progress, "dvc_plan", lambda args: plan)
-    monkeypatch.setattr(progress, "native_bf16", lambda: False)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(progress.platform, "machine", lambda: "x86_64")
-    ran: list[list[str]] = []
-    monkeypatch.setattr(progress, "follow", lambda command, *_: ran.append(command) or 0)
-    assert progress.main([]) == 2 and not ran
-    assert capsys.readouterr().err.startswith("error: train.precision: auto is bf16")
-    params_file(tmp_path, "fp32", "fp32")
-    assert progress.main([]) == 0 and ran == [["dvc", "repro"]]

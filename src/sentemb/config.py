@@ -12,6 +12,7 @@ import difflib
 import math
 import types
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -64,7 +65,8 @@ class Range:
         if self.high is None:
             return f"{'>' if self.open_low else '>='} {self.low:g}"
         if self.low is None:
-            return f"{'<' if self.open_high else '<='} {self.high:g}"
+            high = self.high if isinstance(self.high, int) else f"{self.high:g}"
+            return f"{'<' if self.open_high else '<='} {high}"
         high = "2**32" if self.high == 2**32 else f"{self.high:.3g}"
         left, right = "(" if self.open_low else "[", ")" if self.open_high else "]"
         return f"in {left}{self.low:g}, {high}{right}"
@@ -76,6 +78,9 @@ class Range:
         return bool(above and below) and value == value
 
 
+# An integer param without an upper bound of its own stops here: a count past it is a typo
+# (NumPy, torch and joblib take C ints; 10**20 overflows them with a traceback).
+LARGEST = Range(high=2**31 - 1, why="the largest count torch, NumPy and joblib take")
 # The ranges most params share; a param with another writes `Annotated[int, Range(...)]`.
 Count = Annotated[int, Range(1)]  # a number of things, steps or sentences: at least 1
 NonNegativeInt = Annotated[int, Range(0)]
@@ -85,6 +90,22 @@ Probability = Annotated[float, Range(0, 1)]
 Seed = Annotated[int, Range(0, 2**32, open_high=True)]  # what every generator seeded here takes
 # a sample of test pairs scored by a rank correlation, which 2 pairs make ±1 whatever the model
 PairSample = Annotated[int, Range(3)]
+
+
+def choice_problems(
+    name: str, values: list[Any], known: Sequence[Any], empty: bool = False
+) -> list[str]:
+    """What is wrong with list param `name` of entries from `known`: unknown or repeated
+    entries, or none at all (unless `empty` is allowed), each said with the param's key."""
+    problems = []
+    unknown = [v for v in values if v not in known]
+    if unknown:
+        problems.append(f"{name}: unknown {unknown}; known {list(known)}")
+    if len(set(map(str, values))) != len(values):
+        problems.append(f"{name}: repeated entries in {values}")
+    if not values and not empty:
+        problems.append(f"{name}: must name at least one of {list(known)}")
+    return problems
 
 
 def ranges(annotation: Any) -> list[Range]:
@@ -204,7 +225,10 @@ def _coerce(value: Any, annotation: Any, where: str, nullable: bool = False) -> 
     args = typing.get_args(annotation)
     if origin is Annotated:
         value = _coerce(value, args[0], where)
-        for bound in ranges(annotation):
+        bounds = ranges(annotation)
+        if args[0] is int and all(bound.high is None for bound in bounds):
+            bounds.append(LARGEST)
+        for bound in bounds:
             if not bound.holds(value):
                 null = " or null" if nullable else ""
                 why = f" ({bound.why})" if bound.why else ""

@@ -15,10 +15,12 @@ are not finite or all zero, when vectors are refused (`Encoder.suspects`).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
 import math
+import platform
 import sys
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
@@ -41,14 +43,27 @@ from sentemb.pooling import POOLERS, check_pooler, cls_vector, pool
 log = logging.getLogger(__name__)
 
 
+@functools.cache
+def native_bf16() -> bool:
+    """Whether this CPU runs bf16 matrix products natively: not an x86 CPU, or one with bf16
+    instructions (AVX512-BF16, AMX), by torch's own probes (where a torch lacks them, assumed).
+    An x86 CPU without them emulates bf16: on a 2-core AMD EPYC with AVX2 only a training step
+    took 26x fp32's time, encoding 2.7x (benchmarks/precision_avx2.json)."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return True  # no other CPU was measured: bf16 as before
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(torch.cpu, probe, lambda: True)() for probe in probes)
+
+
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype of `precision` on `device`, None for fp32. `auto` is bf16 on CPU and
-    CUDA (fp16 on a GPU without bf16): on the 2-core CPUs here bf16 autocast runs MiniLM's
-    encoding 2.65x and training steps 2.20x faster than fp32 (benchmarks/precision.py)."""
+    """The autocast dtype of `precision` on `device`, None for fp32. `auto` is bf16 on CUDA
+    (fp16 on a GPU without bf16) and on a CPU with bf16 instructions (`native_bf16`), where it
+    ran MiniLM's encoding 1.9-2.7x and training steps 1.7-2.2x faster than fp32
+    (benchmarks/precision.py); fp32 on a CPU without them."""
     if precision == "auto":
-        if device.type == "cuda" and not torch.cuda.is_bf16_supported():
-            return torch.float16
-        return torch.bfloat16
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.bfloat16 if native_bf16() else None
     return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
 
 

@@ -29,12 +29,20 @@ from pathlib import Path
 from typing import Any
 
 from sentemb.cli import Parser
-from sentemb.config import UserError, params_from, parse_yaml, run_plan, section
+from sentemb.config import UserError, parse_yaml, run_plan, section
 from sentemb.io import atomic_path, check_output, read_json, write_json
 from sentemb.registry import SUITES
 from sentemb.report.compare import compare
 from sentemb.report.markdown import REFINED, leaderboard
-from sentemb.report.runs import TFIDF, UNTRAINED, Experiment, Reader, load, revision_reader
+from sentemb.report.runs import (
+    TFIDF,
+    UNTRAINED,
+    Experiment,
+    Reader,
+    load,
+    read_params,
+    revision_reader,
+)
 from sentemb.report.stats import CompareConfig, mean_std
 from sentemb.report.summary import headline
 from sentemb.review import root, run
@@ -270,7 +278,7 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
         method = name  # until its params say
         try:
             read = revision_reader(candidate.commit, repo)
-            ran = params_from(parse_yaml(read("params.yaml"), "params.yaml"), "params.yaml")
+            ran = read_params(read)
             method, seeds = run_plan(ran)
             if code(read, seeds[0]) != current:  # from git alone: its data may be gone
                 stale.append(left_out(method, candidate.commit, "ran other stage code"))

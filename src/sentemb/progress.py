@@ -15,19 +15,12 @@ The time left adds up each stage's `seconds` recorded by its last run (the `seco
 committed record of them); a stage without one counts the mean of its kind (`train@*`), else of
 all stages, measured in this run or recorded before. A stage DVC
 finds unchanged (or restores from its run cache) leaves the plan. The exit status is DVC's.
-
-A plan whose stages would run `model.precision` (encoding: always on the CPU) or
-`train.precision` (training, unless on a GPU) as `auto`, bf16 autocast, on an x86 CPU without
-bf16 instructions (AVX512-BF16, AMX), which emulates them many times slower than fp32, stops
-before DVC starts with one error naming the params (`emulated_bf16`); `dvc repro` itself runs
-such a plan as it is.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import platform
 import re
 import subprocess
 import sys
@@ -37,13 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from sentemb.config import ConfigError, load_params, section
-from sentemb.model_config import ModelConfig
 from sentemb.tracking import SECONDS
-from sentemb.training.config import TrainConfig
 
 SECONDS_RECORD = Path("plots/summary/seconds.json")  # written by stage `summary`
-ENCODER = "src/sentemb/encoder.py"  # a stage that depends on it encodes (or trains)
 STARTED = re.compile(r"^Running stage '(?P<stage>[^']+)':")
 SKIPPED = re.compile(r"^Stage '(?P<stage>[^']+)' (didn't change|is cached)")
 
@@ -69,7 +58,6 @@ class Progress:
     started: float = field(default_factory=time.monotonic)
     measured: dict[str, float] = field(default_factory=dict)
     done: int = 0
-    reads: set[str] = field(default_factory=set)  # the params its stages that encode read
     current: tuple[str, float] | None = None
 
     def estimate(self, stage: str) -> float | None:
@@ -173,58 +161,8 @@ def stage_record(path: Path = SECONDS_RECORD) -> dict[str, float]:
     return found
 
 
-def native_bf16() -> bool:
-    """Whether this CPU has bf16 instructions (AVX512-BF16 or AMX) for bf16 autocast (torch's
-    own probes; where a torch lacks them, assumed)."""
-    import torch
-
-    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-    return any(getattr(torch.cpu, probe, lambda: True)() for probe in probes)
-
-
-def emulated_bf16(reads: set[str], params: Path = Path("params.yaml")) -> str | None:
-    """Why stages reading `reads` of `params` would run bf16 autocast emulated, or None: `auto`
-    precision is bf16 on CPU, where encoding always runs and training unless `train.device`
-    finds a GPU. Measured on a 2-core AMD EPYC with AVX2 only (benchmarks/precision_avx2.json):
-    a training step took 26x fp32's time, encoding 2.7x. x86 only: nothing else was measured."""
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return None
-    try:
-        values = load_params(params)
-    except ConfigError:  # the stages that read it say what is wrong
-        return None
-    auto = []
-    for name, cls in (("train", TrainConfig), ("model", ModelConfig)):
-        if not reads & {name, f"{name}.precision"}:
-            continue
-        try:
-            config = section(values, name, cls)
-        except ConfigError:  # the stage that reads it says what is wrong
-            continue
-        if config.precision == "auto" and not (name == "train" and on_gpu(config.device)):
-            auto.append(f"{name}.precision")
-    if not auto or native_bf16():
-        return None
-    return (
-        f"{', '.join(auto)}: auto is bf16 autocast on CPU, and this CPU has no bf16 instructions"
-        " (AVX512-BF16, AMX): it emulates them, at 26x fp32's time per training step and 2.7x"
-        " per encoding on an AVX2-only AMD EPYC (benchmarks/history.md), hours for the default"
-        " run. Set them to fp32 in params.yaml (the scores then differ from the committed bf16"
-        " run's), or run `dvc repro` itself to go on as it is"
-    )
-
-
-def on_gpu(device: str) -> bool:
-    """Whether training on `device` (`train.device`) runs on a GPU here."""
-    import torch
-
-    return device != "cpu" and torch.cuda.is_available()
-
-
 def dvc_plan(args: Sequence[str]) -> Progress:
-    """The stages `dvc repro <args>` will run here, in order, each one's recorded seconds, and
-    the params that those of them that encode read."""
-    from dvc.dependency.param import ParamsDependency
+    """The stages `dvc repro <args>` will run here, in order, and each one's recorded seconds."""
     from dvc.repo import Repo
     from dvc.repo.reproduce import collect_stages, get_active_graph, plan_repro
 
@@ -252,16 +190,7 @@ def dvc_plan(args: Sequence[str]) -> Progress:
             seconds = recorded_seconds(outputs)
             if seconds is not None:
                 recorded[stage.addressing] = seconds
-    reads = {
-        name
-        for stage in running
-        if any(dep.def_path == ENCODER for dep in stage.deps)
-        for dep in stage.deps
-        if isinstance(dep, ParamsDependency)
-        for name in dep.params
-    }
-    plan = [stage.addressing for stage in running]
-    return Progress(plan, recorded, reads=reads)
+    return Progress([stage.addressing for stage in running], recorded)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -273,9 +202,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DvcException as err:  # dvc repro says what is wrong; no plan to go by meanwhile
         print(f"warning: no progress plan ({err})", file=sys.stderr)
         progress = Progress([])
-    if progress.reads and (why := emulated_bf16(progress.reads)):
-        print(f"error: {why}", file=sys.stderr)
-        return 2
     print(
         f"{time.strftime('%H:%M:%S')} dvc repro: {len(progress.plan)} stage(s) to run",
         flush=True,

@@ -16,7 +16,7 @@ from types import ModuleType
 import scipy.sparse as sp
 from sklearn.feature_extraction.text import TfidfVectorizer
 
-from sentemb.config import Count
+from sentemb.config import ConfigError, Count, UserError
 
 WORD_PATTERN = r"(?u)\b\w+\b"  # words for English TF-IDF here and in the phrases stage
 
@@ -66,10 +66,26 @@ class TfidfEncoder:
         )
         self.fitted = corpus is not None
         if corpus is not None:
-            self.vectorizer.fit(corpus)
+            self._fit(list(corpus))
+
+    def _fit(self, sentences: Sequence[str]) -> sp.csr_matrix:
+        """Fit the vocabulary and IDF on `sentences`, their rows returned; a `min_df` no word of
+        them reaches is an error naming it."""
+        try:
+            return self.vectorizer.fit_transform(sentences).tocsr()
+        except ValueError as err:  # scikit-learn: no word left after min_df, or none at all
+            min_df = self.vectorizer.min_df
+            if min_df > 1:
+                raise ConfigError(
+                    f"tfidf.min_df: {min_df} documents, and no word is in that many of the "
+                    f"{len(sentences):,} sentences TF-IDF is fitted on ({err})"
+                ) from None
+            raise UserError(
+                f"TF-IDF: {len(sentences):,} sentences without a word ({err})"
+            ) from None
 
     def encode(self, sentences: Sequence[str], batch_size: int = 0) -> sp.csr_matrix:
         """TF-IDF rows for `sentences` (`batch_size` is accepted for the encoder protocol)."""
         if not self.fitted:
-            return self.vectorizer.fit_transform(sentences).tocsr()
+            return self._fit(sentences)
         return self.vectorizer.transform(sentences).tocsr()

@@ -305,8 +305,8 @@ def test_config_checks_ranges_and_names() -> None:
     for values, message in [
         ({"mrr_k": 0}, "eval.retrieval.mrr_k: must be >= 1"),
         ({"query_chunk": 0}, "eval.retrieval.query_chunk: must be >= 1"),
-        ({"offline_sets": ["LCQMC", "SNLI"]}, "eval.retrieval.offline_sets: ['SNLI']"),
-        ({"qqp_splits": ["test"]}, "eval.retrieval.qqp_splits: ['test']"),
+        ({"offline_sets": ["LCQMC", "SNLI"]}, "eval.retrieval.offline_sets: unknown ['SNLI']"),
+        ({"qqp_splits": ["test"]}, "eval.retrieval.qqp_splits: unknown ['test']"),
         ({"askubuntu_split": "train"}, "eval.retrieval.askubuntu_split"),
         ({"query_chunks": 5}, "unknown key"),
     ]:

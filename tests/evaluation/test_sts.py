@@ -7,11 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sentemb.config import ConfigError
 from sentemb.data.sources import SENTEVAL_DIR
 from sentemb.evaluation.base import rowwise_cosine, spearman
 from sentemb.evaluation.chinese import ChineseConfig, ChineseEvaluator
 from sentemb.evaluation.sts import STSConfig, STSEvaluator
-from sentemb.tfidf import TfidfEncoder
+from sentemb.tfidf import TfidfConfig, TfidfEncoder
 
 from support.encoders import TableEncoder
 
@@ -120,3 +121,15 @@ def test_tfidf_baseline_end_to_end_on_real_sts13(mirror: Path) -> None:
         "avg",
     }
     assert 30.0 < metrics["STS13"] < 80.0  # a bag of words correlates, but far from perfectly
+
+
+@pytest.mark.parametrize("on_corpus", [True, False])
+def test_a_tfidf_min_df_no_word_reaches_is_one_error_naming_it(on_corpus: bool) -> None:
+    """Fitted on the corpus or on the sentences scored: a `min_df` above their count (20,000
+    documents, thinking of the 1M-sentence corpus) is an error naming it, not scikit-learn's."""
+    sentences, config = ["a cat sat", "a dog ran"], TfidfConfig(min_df=20_000)
+    with pytest.raises(ConfigError, match=r"^tfidf\.min_df: 20000 documents, and no word"):
+        if on_corpus:
+            TfidfEncoder("en", config, sentences)
+        else:
+            TfidfEncoder("en", config).encode(sentences)

@@ -27,6 +27,7 @@ from sentemb.evaluation.transfer import (
     _best,
     _fit,
     _folds,
+    _path_scores,
     _senteval_order,
     cv_select,
     dev_select,
@@ -156,6 +157,38 @@ def test_centring_gives_the_same_regression_in_fewer_iterations() -> None:
     assert steps[1] < steps[0]
 
 
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("warm_start", [False, True])
+@pytest.mark.parametrize("center", [False, True])
+def test_a_path_centres_once_as_the_centring_step_would_at_every_c(
+    monkeypatch: pytest.MonkeyPatch, center: bool, warm_start: bool, sparse: bool
+) -> None:
+    """A fold's C path centres its rows once; the pipeline of `logistic_regression`, refitted at
+    each C, gives the same fits (weights, intercept) and accuracies, bit for bit."""
+    fits: list[bytes] = []
+    score = LogisticRegression.score
+
+    def recorded(self: LogisticRegression, *args: object) -> float:
+        fits.append(self.coef_.tobytes() + self.intercept_.tobytes())
+        return score(self, *args)
+
+    monkeypatch.setattr(LogisticRegression, "score", recorded)
+    X, y = overlapping_imbalanced()
+    X = X + np.array([40.0, -25.0])
+    X = sp.csr_matrix(X) if sparse else X
+    train, test = np.arange(0, 40, 2), np.arange(1, 40, 2)
+    regs = [1.0, 0.01, 10.0, 0.1]
+    config = TransferConfig(center=center, warm_start=warm_start)
+    model = logistic_regression(config, warm_start=warm_start, centre=not sparse)
+    expected = np.empty(len(regs))
+    for i in np.argsort(regs, kind="stable"):
+        regression(model).set_params(C=regs[i])
+        expected[i] = model.fit(X[train], y[train]).score(X[test], y[test])
+    pipeline_fits, fits[:] = fits[:], []
+    assert _path_scores(X, y, train, test, regs, config).tobytes() == expected.tobytes()
+    assert fits == pipeline_fits and len(set(fits)) == len(regs)
+
+
 def test_the_centring_step_takes_the_training_rows_mean_and_skips_sparse_vectors() -> None:
     """Only the rows a model is fitted on give the mean; a sparse matrix (TF-IDF's) would turn
     dense, so it goes to the regression as it is."""
@@ -211,6 +244,22 @@ def test_dev_select_takes_the_weak_penalty_when_dev_needs_the_feature() -> None:
     assert (regression(model).C, dev) == (100.0, 100.0)
     # the returned model was trained on train alone, as SentEval's SplitClassifier does
     assert model.score(TRAIN_X, TRAIN_Y) == 1.0
+
+
+@pytest.mark.parametrize(("param", "k"), [("kfold", 7), ("inner_kfold", 6)])
+def test_more_folds_than_a_class_has_examples_is_one_error_naming_the_param(
+    param: str, k: int
+) -> None:
+    """9 examples per class: 7 outer folds leave 7-8 of each class to train on, so 6 inner
+    folds fit and 9 do not; more outer folds than 9 do not either."""
+    X, y = blobs([-4.0, 4.0], per_class=9)
+    config = TransferConfig(**{**FAST, "kfold": 7, "inner_kfold": 2, param: k})
+    nested_cv(X, y, config, "MR")  # fits
+    too_many = {"kfold": 10, "inner_kfold": 9}[param]
+    with pytest.raises(ConfigError, match=rf"^eval\.transfer\.{param}: {too_many} folds need"):
+        nested_cv(X, y, replace(config, **{param: too_many}), "MR")
+    with pytest.raises(ConfigError, match=r"^eval\.transfer\.kfold: 10 folds .* TREC's"):
+        cv_select(X, y, replace(config, kfold=10), "TREC")
 
 
 def test_samples_take_senteval_order_by_length_then_label_stably() -> None:

@@ -18,6 +18,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from sentemb import encoder
 from sentemb.config import ConfigError, from_dict, parse_spec
 from sentemb.evaluation.base import UnusableVectors
 from sentemb.io import CheckpointError
@@ -46,11 +47,18 @@ def last_checkpoint(trainer: Trainer) -> tuple[int, dict[str, torch.Tensor]]:
     ],
 )
 def test_non_finite_loss_gradient_or_weight_stops_at_its_step(
-    tiny_model_dir: Path, tmp_path: Path, fault: str, at: int, message: str
+    monkeypatch: pytest.MonkeyPatch,
+    tiny_model_dir: Path,
+    tmp_path: Path,
+    fault: str,
+    at: int,
+    message: str,
 ) -> None:
-    """Injected at step 5 (checkpoints every 2): one error naming step 5 and the likely params;
+    """Injected at step 5 (checkpoints every 2): one error naming step 5 and the likely params
+    (`auto` precision among them: bf16 autocast here, as on a CPU with bf16 instructions);
     nothing updated with it, the step-4 checkpoint kept and finite, no output. A weight made
     infinite by step 3 is found when step 4 would checkpoint it: step 2's is kept."""
+    monkeypatch.setattr(encoder, "native_bf16", lambda: True)
     trainer = make_trainer(tiny_model_dir, "simcse", tmp_path / "ck")
     compute_gradients, step = trainer.compute_gradients, trainer.step
     first = next(p for p in trainer.params if p.requires_grad)

@@ -21,8 +21,9 @@ import zipfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Annotated
 
-from sentemb.config import Count, Positive, UserError
+from sentemb.config import Count, Range, UserError
 from sentemb.data.readers import read_corpus
 from sentemb.data.sources import DATASETS, Dataset, RemoteFile
 from sentemb.io import atomic_path, write_json
@@ -38,7 +39,8 @@ class DataConfig:
     mirror: str = "../shared/datasets"
     nltk_data: str = "../shared/nltk_data"
     corpus_size: Count = 1_000_000
-    timeout: Positive = 60.0
+    # seconds per request; past a day a typo (1e10 overflows the socket's clock)
+    timeout: Annotated[float, Range(0, 86_400, open_low=True, why="seconds")] = 60.0
     datasets: list[str] | None = None
 
     def validate(self) -> list[str]:

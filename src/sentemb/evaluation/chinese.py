@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sentemb.config import PairSample
+from sentemb.config import PairSample, choice_problems
 from sentemb.data.readers import read_chinese
 from sentemb.data.sources import CHINESE_SETS
 from sentemb.evaluation.base import CHINESE, Evaluator, SentenceEncoder, for_set, spearman
@@ -31,8 +31,9 @@ class ChineseConfig:
     max_pairs: PairSample | None = None
 
     def validate(self) -> list[str]:
-        unknown = sorted(set(self.tasks) - set(CHINESE_SETS))
-        problems = [f"tasks: unknown {unknown}; known {list(CHINESE_SETS)}"] if unknown else []
+        problems = choice_problems("tasks", self.tasks, CHINESE_SETS)
+        if self.model is not None and not self.model.strip():
+            problems.append("model: an empty name; null means the main model")
         return problems
 
 

@@ -43,7 +43,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.preprocessing import normalize
 
-from sentemb.config import Count, PairSample
+from sentemb.config import Count, PairSample, choice_problems
 from sentemb.data.readers import (
     PairSet,
     RerankingSet,
@@ -94,18 +94,8 @@ class RetrievalConfig:
     max_pairs: PairSample | None = None
 
     def validate(self) -> list[str]:
-        problems = []
-        if not self.qqp_splits:
-            problems.append("qqp_splits: must name at least one split")
-        for name, values, allowed in (
-            ("qqp_splits", self.qqp_splits, QQP_SPLITS),
-            ("offline_sets", self.offline_sets, OFFLINE_SETS),
-        ):
-            bad = [v for v in values if v not in allowed]
-            if bad:
-                problems.append(f"{name}: {bad} not in {list(allowed)}")
-            if len(set(values)) != len(values):
-                problems.append(f"{name}: repeated entries in {values}")
+        problems = choice_problems("qqp_splits", self.qqp_splits, QQP_SPLITS)
+        problems += choice_problems("offline_sets", self.offline_sets, OFFLINE_SETS, empty=True)
         if self.askubuntu_split not in ASKUBUNTU_SPLITS:
             problems.append(
                 f"askubuntu_split: {self.askubuntu_split!r} is not one of {list(ASKUBUNTU_SPLITS)}"

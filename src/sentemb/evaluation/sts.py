@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sentemb.config import choice_problems
 from sentemb.data.readers import PairSet, read_sick, read_sts_year, read_stsb
 from sentemb.data.sources import STS_SUBSETS
 from sentemb.evaluation.base import (
@@ -41,8 +42,7 @@ class STSConfig:
     tasks: list[str] = field(default_factory=lambda: list(STS_TASKS))
 
     def validate(self) -> list[str]:
-        unknown = sorted(set(self.tasks) - set(STS_TASKS))
-        return [f"tasks: unknown {unknown}; known {list(STS_TASKS)}"] if unknown else []
+        return choice_problems("tasks", self.tasks, STS_TASKS)
 
 
 def cosine_scores(

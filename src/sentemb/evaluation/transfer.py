@@ -21,8 +21,9 @@ with the default seed the stratified folds are SentEval's own. As in SentEval, a
 MR, CR, SUBJ or MPQA counts as 0 tokens in that order and is embedded as ".". Two deliberate
 differences from the 2018 code: today's scikit-learn default solver (lbfgs, multinomial for TREC)
 replaces the liblinear one-vs-rest of scikit-learn 0.19 (liblinear no longer fits more than two
-classes), and `max_iter` is raised from 100 because lbfgs needs more on unscaled features (TREC at
-C >= 16 takes up to ~130 iterations on MiniLM vectors and ~600 on SimCSE's; MRPC's reach 1000).
+classes), and `max_iter` is raised from 100 because lbfgs needed more on these vectors as they are
+(`center: false`, cold fits: TREC at C >= 16 took up to ~130 iterations on MiniLM vectors and
+~600 on SimCSE's; MRPC's reached 1000); centred, it needs several times fewer (below).
 `"<task>/dev"` is the selection score: the mean CV, or the dev, accuracy of the chosen C.
 
 Each CV fold's C grid is one job, fitted on one thread; a task's jobs go to `n_jobs` workers in
@@ -69,7 +70,7 @@ from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
-from sentemb.config import Count, Positive, Range, Seed
+from sentemb.config import ConfigError, Count, Positive, Range, Seed, choice_problems
 from sentemb.data.readers import read_binary, read_mrpc, read_sst2, read_trec
 from sentemb.data.sources import TRANSFER_FILES
 from sentemb.evaluation.base import (
@@ -106,7 +107,9 @@ class TransferConfig:
     n_jobs: Count = 2  # fits run side by side, each on one thread
     solver: str = "lbfgs"
     max_iter: Count = 1000
-    tol: Positive = 1e-5  # lbfgs stops when no gradient entry exceeds it (scikit-learn: 1e-4)
+    # lbfgs stops when no gradient entry exceeds it (scikit-learn: 1e-4); a looser one stops
+    # it far from the fit (CR at 1e20: 36.2 against 77.1), so at most 10x scikit-learn's
+    tol: Annotated[float, Range(0, 1e-3, open_low=True, why="10x scikit-learn's 1e-4")] = 1e-5
     tasks: list[str] = field(default_factory=lambda: list(TRANSFER_TASKS))
     mrpc_features: Literal["full", "senteval"] = "full"  # [u, v, |u-v|, u*v] | [|u-v|, u*v]
     warm_start: bool = True  # each fold's C grid as a warm-started path; false: cold fits
@@ -120,12 +123,7 @@ class TransferConfig:
         ]
         if self.solver not in SOLVERS:
             problems.append(f"solver: {self.solver!r} is not one of {list(SOLVERS)}")
-        unknown = sorted(set(self.tasks) - set(TRANSFER_TASKS))
-        if unknown:
-            problems.append(f"tasks: unknown {unknown}; known {list(TRANSFER_TASKS)}")
-        elif not self.tasks or len(set(self.tasks)) != len(self.tasks):
-            problems.append(f"tasks: must be a non-empty list without repeats, got {self.tasks}")
-        return problems
+        return problems + choice_problems("tasks", self.tasks, TRANSFER_TASKS)
 
 
 class NestedCVResult(NamedTuple):
@@ -139,11 +137,16 @@ class NestedCVResult(NamedTuple):
 Classifier = LogisticRegression | Pipeline  # the regression, or it behind the centring step
 
 
+def centres(X: Embeddings, config: TransferConfig) -> bool:
+    """Whether `X` is centred before its regression: `center`, on dense vectors only."""
+    return config.center and not sp.issparse(X)
+
+
 def logistic_regression(
-    config: TransferConfig, C: float = 1.0, warm_start: bool = False, dense: bool = True
+    config: TransferConfig, C: float = 1.0, warm_start: bool = False, centre: bool = True
 ) -> Classifier:
     """SentEval's classifier: L2 logistic regression with a fixed `random_state`; with `center`
-    and `dense` vectors, behind a step that subtracts the training rows' mean."""
+    and `centre`, behind a step that subtracts the training rows' mean."""
     model = LogisticRegression(
         C=C,
         solver=config.solver,
@@ -152,7 +155,7 @@ def logistic_regression(
         random_state=config.seed,
         warm_start=warm_start,
     )
-    if config.center and dense:
+    if config.center and centre:
         return make_pipeline(StandardScaler(with_std=False), model)
     return model
 
@@ -166,6 +169,17 @@ def _folds(k: int, config: TransferConfig) -> StratifiedKFold:
     return StratifiedKFold(n_splits=k, shuffle=True, random_state=config.seed)
 
 
+def _check_folds(k: int, y: np.ndarray, param: str, task: str) -> None:
+    """More folds than the smallest class of `y` has examples is an error naming `param`: each
+    stratified fold needs an example of every class."""
+    smallest = int(np.unique(y, return_counts=True)[1].min())
+    if k > smallest:
+        raise ConfigError(
+            f"eval.transfer.{param}: {k} folds need {k} examples of every class, and {task}'s "
+            f"smallest class has {smallest} there"
+        )
+
+
 def _path_scores(
     X: Embeddings,
     y: np.ndarray,
@@ -175,14 +189,19 @@ def _path_scores(
     config: TransferConfig,
 ) -> np.ndarray:
     """Accuracy on the `test` rows of a model fitted on the `train` rows at each C of `regs`,
-    the fold's rows taken once; with `warm_start`, fitted along increasing C, each fit starting
-    from the previous C's solution (the regularisation path of `LogisticRegressionCV`)."""
+    the fold's rows taken, and centred (`centres`) on the training rows' mean, once: what the
+    centring step of `logistic_regression` would do again at every C, bit for bit. With
+    `warm_start`, fitted along increasing C, each fit starting from the previous C's solution
+    (the regularisation path of `LogisticRegressionCV`)."""
     X_train, y_train, X_test, y_test = X[train], y[train], X[test], y[test]
-    model = logistic_regression(config, warm_start=config.warm_start, dense=not sp.issparse(X))
+    if centres(X, config):
+        centring = StandardScaler(with_std=False).fit(X_train)
+        X_train, X_test = centring.transform(X_train), centring.transform(X_test)
+    model = logistic_regression(config, warm_start=config.warm_start, centre=False)
     scores = np.empty(len(regs))
     with threadpool_limits(limits=1):
         for i in np.argsort(regs, kind="stable"):
-            regression(model).set_params(C=regs[i])
+            model.set_params(C=regs[i])
             scores[i] = model.fit(X_train, y_train).score(X_test, y_test)
     return scores
 
@@ -192,7 +211,7 @@ def _fit(
 ) -> Classifier:
     """A cold fit on the `rows` of `X` at `C`, on one thread."""
     with threadpool_limits(limits=1):
-        return logistic_regression(config, C, dense=not sp.issparse(X)).fit(X[rows], y[rows])
+        return logistic_regression(config, C, centre=centres(X, config)).fit(X[rows], y[rows])
 
 
 def _best(scores: Sequence[np.ndarray]) -> tuple[int, float]:
@@ -204,10 +223,15 @@ def _best(scores: Sequence[np.ndarray]) -> tuple[int, float]:
     return best, float(means[best])
 
 
-def nested_cv(X: Embeddings, y: np.ndarray, config: TransferConfig) -> NestedCVResult:
+def nested_cv(
+    X: Embeddings, y: np.ndarray, config: TransferConfig, task: str = "the task"
+) -> NestedCVResult:
     """MR, CR, SUBJ, MPQA: SentEval's `InnerKFoldClassifier`. The C grids of all outer x inner
     folds are fitted in one `Parallel` call, then each outer fold's refit at its chosen C."""
+    _check_folds(config.kfold, y, "kfold", task)
     outer = list(_folds(config.kfold, config).split(X, y))
+    for train, _ in outer:
+        _check_folds(config.inner_kfold, y[train], "inner_kfold", task)
     inner = [
         [
             (train[tr], train[te])
@@ -236,10 +260,11 @@ def nested_cv(X: Embeddings, y: np.ndarray, config: TransferConfig) -> NestedCVR
 
 
 def cv_select(
-    X_train: Embeddings, y_train: np.ndarray, config: TransferConfig
+    X_train: Embeddings, y_train: np.ndarray, config: TransferConfig, task: str = "the task"
 ) -> tuple[Classifier, float]:
     """TREC, MRPC: C by `kfold` CV on train (SentEval's `KFoldClassifier`); the model refit on all
     of train and the CV accuracy x 100 of its C."""
+    _check_folds(config.kfold, y_train, "kfold", task)
     folds = _folds(config.kfold, config).split(X_train, y_train)
     best, dev = _best(
         Parallel(n_jobs=config.n_jobs)(
@@ -336,7 +361,7 @@ class TransferEvaluator(Evaluator):
         sentences = [data.sentences[i] or "." for i in order]
         labels = np.asarray([data.labels[i] for i in order])
         vectors, row = embed(encoder, sentences, self.batch_size)
-        result = nested_cv(_take(vectors, row, sentences), labels, self.config)
+        result = nested_cv(_take(vectors, row, sentences), labels, self.config, task)
         return {task: result.test, f"{task}/dev": result.dev}
 
     def _sst2(self, encoder: SentenceEncoder, task: str) -> dict[str, float]:
@@ -357,7 +382,7 @@ class TransferEvaluator(Evaluator):
         train_sentences = [train.sentences[i] for i in order]
         y_train = np.asarray([train.labels[i] for i in order])
         vectors, row = embed(encoder, train_sentences + test.sentences, self.batch_size)
-        model, dev = cv_select(_take(vectors, row, train_sentences), y_train, self.config)
+        model, dev = cv_select(_take(vectors, row, train_sentences), y_train, self.config, task)
         test_accuracy = model.score(_take(vectors, row, test.sentences), np.asarray(test.labels))
         return {task: 100.0 * float(test_accuracy), f"{task}/dev": dev}
 
@@ -384,7 +409,7 @@ class TransferEvaluator(Evaluator):
             )
 
         y_train_sorted = np.asarray([y_train[i] for i in order])
-        model, dev = cv_select(features(first, second), y_train_sorted, self.config)
+        model, dev = cv_select(features(first, second), y_train_sorted, self.config, task)
         predicted = model.predict(features(test.first, test.second))
         gold = np.asarray(y_test)
         return {

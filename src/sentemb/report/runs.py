@@ -117,12 +117,17 @@ def read_npz(read: Reader, path: str) -> dict[str, np.ndarray]:
         return {name: archive[name] for name in archive.files}
 
 
+def read_params(read: Reader) -> dict:
+    """The params.yaml that `read` gives, checked."""
+    return params_from(parse_yaml(read("params.yaml"), "params.yaml"), "params.yaml")
+
+
 def load(read: Reader, label: str | None = None, params: dict | None = None) -> Experiment:
     """The experiment `read` gives, run with `params` (default: its params.yaml), which say the
     method and seeds; `label` names it in reports (default: its method). One error names the
     first file that is missing."""
     if params is None:
-        params = params_from(parse_yaml(read("params.yaml"), "params.yaml"), "params.yaml")
+        params = read_params(read)
     method, seeds = run_plan(params)
     files = [
         {name: read_json(read, f"{RUNS}/{seed}/{name}.json") for name in (*SUITES, *RECORDS)}

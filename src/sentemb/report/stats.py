@@ -24,7 +24,7 @@ from typing import Annotated
 import numpy as np
 from scipy.stats import rankdata, ttest_rel
 
-from sentemb.config import Count, NonNegative, Range, Seed
+from sentemb.config import NonNegative, Range, Seed
 
 NO_DIFFERENCE = "no significant difference"
 NOISE = "noise"
@@ -35,7 +35,7 @@ CHUNK = 100  # bootstrap replicates scored at once (bounds memory on the 20k-pai
 class CompareConfig:
     """Params section `compare`."""
 
-    resamples: Count = 1000
+    resamples: Annotated[int, Range(1, 100_000, why="more only costs time")] = 1000
     confidence: Annotated[float, Range(0, 1, open_low=True, open_high=True)] = 0.95
     seed: Seed = 0
     # gold-score bin edges of the STS-B cosine density plot

@@ -3,11 +3,11 @@
 Recipe (Gao et al., 2021, §3 and App. A): two dropout views of each sentence in one forward pass,
 an MLP head (dense + tanh, freshly initialised) over the [CLS] vector in training only, the raw
 [CLS] vector at test, max length 32, batch 64, lr 3e-5, 1 epoch, AdamW with linear decay, model
-selection on STS-B dev every `eval_steps`. CUDA when present, CPU otherwise; bf16 autocast on
-both under `precision: auto` (fp16 on a GPU without bf16). `torchrun --nproc_per_node=K` splits
-the global batch across processes and gathers the vectors with gradient, so the in-batch
-negatives are those of the global batch; gradients are then averaged, which gives exactly the
-single-process gradient of the global batch.
+selection on STS-B dev every `eval_steps`. CUDA when present, CPU otherwise; bf16 autocast
+under `precision: auto` (fp16 on a GPU without bf16, fp32 on a CPU without bf16 instructions).
+`torchrun --nproc_per_node=K` splits the global batch across processes and gathers the vectors
+with gradient, so the in-batch negatives are those of the global batch; gradients are then
+averaged, which gives exactly the single-process gradient of the global batch.
 
 Safety: a batch that cannot train, a device the machine lacks or a corpus smaller than one batch
 is refused when the `Trainer` is made, before anything moves or trains; a non-finite loss,

@@ -28,6 +28,7 @@ from sentemb.methods.paser import PaSeRConfig
 from sentemb.model_config import ModelConfig
 from sentemb.phrases import PhrasesConfig
 from sentemb.pooling import check_pooler
+from sentemb.registry import METHODS
 from sentemb.training.checkpoint import files_hash, lines_hash, source_hash
 from sentemb.training.config import TrainConfig
 from sentemb.training.loop import Trainer, TrainResult
@@ -163,12 +164,23 @@ def probe_dev_vectors(encoder: Encoder, pooler: str, data: Path, batch_size: int
         encoder.pooler = trained_with
 
 
+def check_params(params: Mapping[str, Any]) -> None:
+    """What every training run reads, checked before anything starts (also before `torchrun`
+    starts its processes, which would each print the error): the run plan, `train`, and the
+    section of every method, whichever runs, since every one is a param of stage `train`: a typo
+    in another method's section is an error, not a silent rerun."""
+    run_plan(params)
+    section(params, "train", TrainConfig)
+    for entry in METHODS.values():
+        section(params, entry.name, entry.config)
+
+
 def prepare(spec: str, seed: int, params: Mapping[str, Any], data: Path) -> TrainingJob:
     """Check every input of a run (method spec, seed, params, corpus, dev sets, PaSeR's phrases),
     then load the model and build the method and the run key: everything that defines the run
     (params of every part, data hashes, the model's weights, the code), so a checkpoint resumes
     only the same run."""
-    run_plan(params)  # the experiment's method and seeds are valid, whichever runs here
+    check_params(params)  # the experiment's method and seeds, and every method's section
     names = parse_spec(spec)
     spec = "+".join(names)
     if seed not in SEEDS:
