@@ -37,6 +37,7 @@ from sentemb.cli import Parser, points
 from sentemb.config import UserError, load_params, section
 from sentemb.io import leaves
 from sentemb.registry import SUITES
+from sentemb.report.markdown import table_cell
 from sentemb.report.stats import NOISE, CompareConfig
 from sentemb.review import WORKSPACE, commits, root, run
 from sentemb.tracking import SECONDS
@@ -120,7 +121,7 @@ def table(rows: list[Change], noise: float, old: str, new: str) -> str:
     if not rows:
         return "no metric changed"
     lines = [
-        f"| Path | Metric | {old} | {new} | Change | Note |",
+        f"| Path | Metric | {table_cell(old)} | {table_cell(new)} | Change | Note |",
         "|---|---|---:|---:|---:|---|",
     ]
     labels = [label(row, noise) for row in rows]

@@ -3,6 +3,8 @@ the paired rows with their verdict."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from sentemb.report.markdown import markdown, paired_table, spread, suite_table
@@ -71,3 +73,12 @@ def test_paired_rows_follow_the_tables_order_with_a_verdict() -> None:
 def test_numbers_align_right_and_text_left(cells: list[str], align: str) -> None:
     table = markdown(["model", "column"], [["m", cell] for cell in cells]).splitlines()
     assert table[1] == f"|---|{align}|"
+
+
+@pytest.mark.parametrize("name", ["fix|x", "a\nb", "|", "plain"])
+def test_a_name_with_a_bar_or_line_break_keeps_the_table_s_columns(name: str) -> None:
+    """A branch or experiment name becomes a column or row name: every line of the table keeps
+    its 3 cells (a bar escaped as GitHub's Markdown reads it, a line break made a space)."""
+    lines = markdown(["row", name, "b"], [[name, "1.0", "2.0"]]).splitlines()
+    assert len(lines) == 3
+    assert all(len(re.split(r"(?<!\\)\|", line)) == 3 + 2 for line in lines), lines

@@ -69,17 +69,23 @@ def protocol(
     return choices, deviations
 
 
+def table_cell(text: str) -> str:
+    """`text` as one cell of a Markdown table: a `|` (a branch or experiment name may hold one)
+    escaped, a line break made a space, so the row keeps its columns."""
+    return " ".join(text.splitlines()).replace("|", "\\|")
+
+
 def markdown(header: list[str], rows: list[list[str]]) -> str:
     """A Markdown table: a column of numbers (or of `-`, missing ones) right-aligned, a column
-    with any text left-aligned."""
+    with any text left-aligned; every cell through `table_cell`."""
 
     def align(cells: list[str]) -> str:
         text = [c for c in cells if c not in ("", "-") and not NUMBER.match(c)]
         return "---" if text else "---:"
 
     columns = [align([row[i] for row in rows]) if i else "---" for i in range(len(header))]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(columns) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    lines = ["| " + " | ".join(map(table_cell, header)) + " |", "|" + "|".join(columns) + "|"]
+    lines += ["| " + " | ".join(map(table_cell, row)) + " |" for row in rows]
     return "\n".join(lines)
 
 
