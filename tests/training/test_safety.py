@@ -387,3 +387,29 @@ def test_an_untrained_model_whose_dev_set_cannot_be_scored_is_named(
     with pytest.raises(UnusableVectors, match=f"^{tiny_model_dir}: the encoder gave the same"):
         trainer.train(tmp_path / "out")
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("spec", "named"),
+    [
+        ("simcse", []),
+        ("sscl", []),
+        ("iscse", ["iscse.beta (3)", "iscse.alpha (0.1)"]),
+        ("dclr", ["dclr.noise_temperature (0.05)", "dclr.sigma (1)", "dclr.ascent_lr (0.001)"]),
+        ("paser", ["paser.m (10)", "paser.n (10)", "paser.generative_weight (1)"]),
+        ("iscse+dclr", ["iscse.beta (3)", "dclr.sigma (1)"]),
+    ],
+)
+def test_a_diverged_run_names_the_scales_of_its_methods(
+    tiny_model_dir: Path, tmp_path: Path, spec: str, named: list[str]
+) -> None:
+    """`iscse.beta: 1e-300` or `dclr.noise_temperature: 1e-300` make the loss NaN: the error
+    names each method's params that can (`Method.unstable_params`), with their values, beside
+    the learning rate and SimCSE's temperature (a helper's probe found them never named)."""
+    trainer = make_trainer(
+        tiny_model_dir, spec, tmp_path / "ck", method_params={"iscse": {"beta": 3.0}}
+    )
+    likely = str(trainer.diverged(3, "the loss is nan")).split("; likely: ")[1]
+    assert likely.startswith("train.learning_rate (3e-05) too high")
+    assert all(f"{name}" in likely for name in named), likely
+    assert ("iscse." in likely) == ("iscse" in spec) and ("dclr." in likely) == ("dclr" in spec)

@@ -145,6 +145,9 @@ class Method(nn.Module):
 
     name: ClassVar[str]
     contrastive: ClassVar[bool] = True
+    # the params of its section whose extreme values can make the loss non-finite: named, with
+    # their values, when a run diverges
+    unstable_params: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: Any, encoder: Encoder) -> None:
         super().__init__()

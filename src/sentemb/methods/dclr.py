@@ -195,6 +195,8 @@ class DCLRConfig:
 class DCLR(Method):
     """Noise negatives plus complementary-model instance weights."""
 
+    unstable_params = ("noise_temperature", "sigma", "ascent_lr")
+
     def __init__(self, config: DCLRConfig, encoder: Encoder) -> None:
         super().__init__(config, encoder)
         param = "dclr.complementary_pooler"

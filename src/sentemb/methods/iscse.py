@@ -261,6 +261,8 @@ class ISCSEConfig:
 class ISCSE(Method):
     """Adds ``α L_smoothing`` once the buffer holds enough rows (k, or `clusters` for K-means)."""
 
+    unstable_params = ("beta", "alpha")
+
     def __init__(self, config: ISCSEConfig, encoder: Encoder) -> None:
         super().__init__(config, encoder)
         dim = encoder.backbone.config.hidden_size

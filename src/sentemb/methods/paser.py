@@ -224,6 +224,7 @@ class PaSeR(Method):
     """Phrase reconstruction (PaSeR eq. 2-4) with MLM; generative, so not contrastive."""
 
     contrastive = False
+    unstable_params = ("m", "n", "generative_weight", "mlm_weight")
 
     def __init__(self, config: PaSeRConfig, encoder: Encoder) -> None:
         super().__init__(config, encoder)

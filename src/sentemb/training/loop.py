@@ -306,6 +306,11 @@ class Trainer:
         likely = [f"train.learning_rate ({config.learning_rate:g}) too high"]
         if self.method.contrastive:
             likely.append(f"simcse.temperature ({self.method.base.temperature:g}) too low")
+        likely += [
+            f"{name}.{key} ({getattr(part.config, key):g})"
+            for name, part in self.method.parts.items()
+            for key in part.unstable_params
+        ]
         if autocast_dtype(config.precision, self.device) is not None:
             likely.append(f"train.precision ({config.precision}; fp32 is safer)")
         kept = (
