@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from sentemb import phrases
 from sentemb.phrases import (
     Extractor,
     PhrasesConfig,
@@ -69,6 +70,24 @@ def test_extract_streams_aligned_files_with_corpus_idf(tmp_path: Path) -> None:
     assert table.documents == 3 and table["unseen"] == pytest.approx(math.log(4) + 1)
     spans = read_phrase_spans(tmp_path / "out/rake.jsonl")
     assert spans["a dog sat"] == [(2, 9)]  # "a" is a stopword
+
+
+@pytest.mark.parametrize(("asked", "used"), [(0, 2), (1, 1), (1000, 2)])
+def test_workers_are_at_most_the_cores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, asked: int, used: int
+) -> None:
+    """`phrases.workers: 1000` on 2 cores starts 2 processes, not 1000 (a helper's probe)."""
+    started = []
+    real = phrases.ProcessPoolExecutor
+
+    def pool(workers: int, **kwargs: object) -> object:
+        started.append(workers)
+        return real(workers, **kwargs)
+
+    monkeypatch.setattr(phrases.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(phrases, "ProcessPoolExecutor", pool)
+    extract(lambda: iter(["a cat sat"]), 1, PhrasesConfig(workers=asked), tmp_path / "out")
+    assert started and set(started) == {used}
 
 
 def test_jieba_loads_without_its_debug_lines() -> None:

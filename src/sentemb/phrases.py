@@ -62,7 +62,7 @@ class PhrasesConfig:
     min_length: Count = 1  # words per phrase
     max_length: Count = 4
     keywords: Count = 5  # TF-IDF keywords kept per sentence
-    workers: NonNegativeInt = 0  # processes; 0 = every core
+    workers: NonNegativeInt = 0  # processes; 0 = every core, and never more than the cores
     chunk_size: Count = 1000  # sentences per task
 
     def validate(self) -> list[str]:
@@ -245,7 +245,8 @@ def extract(
     `corpus` is called once per pass (IDF, then extraction). Returns counts for the metrics.
     """
     nltk_stopwords(config.language)  # a missing list is one clear error here, not in a worker
-    workers = config.workers or os.cpu_count() or 1
+    cores = os.cpu_count() or 1
+    workers = min(config.workers or cores, cores)  # more would only share the cores
     inflight = 2 * workers
     idf = None
     with ProcessPoolExecutor(workers) as pool:

@@ -18,6 +18,7 @@ from sklearn.pipeline import Pipeline
 
 from sentemb.config import ConfigError, section
 from sentemb.data.sources import SENTEVAL_DIR
+from sentemb.evaluation import transfer
 from sentemb.evaluation.base import embed
 from sentemb.evaluation.transfer import (
     TRANSFER_TASKS,
@@ -267,6 +268,11 @@ def test_samples_take_senteval_order_by_length_then_label_stably() -> None:
 
 
 # --- config ---------------------------------------------------------------------------------------
+
+
+def test_fits_run_on_at_most_one_worker_per_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transfer.os, "cpu_count", lambda: 2)
+    assert [TransferConfig(n_jobs=n).jobs for n in (1, 2, 1000)] == [1, 2, 2]
 
 
 def test_default_config_is_senteval_and_valid() -> None:

@@ -55,6 +55,7 @@ the centring step keeps it).
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,7 +105,7 @@ class TransferConfig:
     regs: list[Positive] = field(default_factory=lambda: [2.0**t for t in range(-2, 4)])
     kfold_regs: list[Positive] = field(default_factory=lambda: [2.0**t for t in range(-1, 6)])
     seed: Seed = 1111  # folds and classifier
-    n_jobs: Count = 2  # fits run side by side, each on one thread
+    n_jobs: Count = 2  # fits run side by side, each on one thread; at most one per core
     solver: str = "lbfgs"
     max_iter: Count = 1000
     # lbfgs stops when no gradient entry exceeds it (scikit-learn: 1e-4); a looser one stops
@@ -114,6 +115,11 @@ class TransferConfig:
     mrpc_features: Literal["full", "senteval"] = "full"  # [u, v, |u-v|, u*v] | [|u-v|, u*v]
     warm_start: bool = True  # each fold's C grid as a warm-started path; false: cold fits
     center: bool = True  # dense vectors centred on the training rows' mean; false: as they are
+
+    @property
+    def jobs(self) -> int:
+        """`n_jobs`, at most the cores: more fits at once would only share them."""
+        return min(self.n_jobs, os.cpu_count() or 1)
 
     def validate(self) -> list[str]:
         problems = [
@@ -239,7 +245,7 @@ def nested_cv(
         ]
         for train, _ in outer
     ]
-    parallel = Parallel(n_jobs=config.n_jobs)
+    parallel = Parallel(n_jobs=config.jobs)
     paths = parallel(
         delayed(_path_scores)(X, y, tr, te, config.regs, config)
         for folds in inner
@@ -267,7 +273,7 @@ def cv_select(
     _check_folds(config.kfold, y_train, "kfold", task)
     folds = _folds(config.kfold, config).split(X_train, y_train)
     best, dev = _best(
-        Parallel(n_jobs=config.n_jobs)(
+        Parallel(n_jobs=config.jobs)(
             delayed(_path_scores)(X_train, y_train, train, test, config.kfold_regs, config)
             for train, test in folds
         )
@@ -285,7 +291,7 @@ def dev_select(
 ) -> tuple[Classifier, float]:
     """SST2: C by dev accuracy over `regs` (SentEval's `SplitClassifier`); the model trained on
     train alone and its dev accuracy x 100. Ties go to the first C of the grid."""
-    models = Parallel(n_jobs=config.n_jobs)(
+    models = Parallel(n_jobs=config.jobs)(
         delayed(_fit)(X_train, y_train, slice(None), C, config) for C in config.regs
     )
     scores = [model.score(X_dev, y_dev) for model in models]
