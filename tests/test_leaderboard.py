@@ -183,17 +183,29 @@ def test_compare_names_the_seeds_it_pairs_and_those_left_out(repo: Path, tmp_pat
     assert lines[-1] == "Left out, having no pair: HEAD~1's seed(s) 1; HEAD's seed(s) 3."
 
 
+@pytest.mark.parametrize("remote", [None, "store"])
 def test_compare_says_which_dvc_command_gets_missing_predictions(
-    repo: Path, tmp_path: Path
+    repo: Path, tmp_path: Path, remote: str | None
 ) -> None:
+    """With a default remote: the pull commands, the names quoted for a shell; without one
+    (a fresh clone here), no `dvc pull` that could only fail: add the remote, or rerun."""
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True)
+    if remote:
+        dvc = [sys.executable, "-m", "dvc", "remote", "add", "--local", "-d", remote]
+        subprocess.run([*dvc, str(tmp_path / "store")], cwd=clone, check=True)
     git(clone, "rm", "-rq", "predictions")
     git(clone, "commit", "-qm", "predictions as DVC outputs no cache holds")
     done = python(clone, "sentemb.compare", "HEAD~1", "HEAD")
     error = done.stderr.strip().splitlines()[-1]
     assert error.startswith("error: HEAD:predictions/1/sts.npz: not in git, the DVC cache")
-    assert "dvc pull" in error and "dvc exp pull" in error
+    assert error.endswith(
+        "or run that revision's pipeline again (`git checkout HEAD && dvc repro`)"
+    )
+    if remote:
+        assert "`git checkout HEAD && dvc pull`" in error and "`dvc exp pull store HEAD`" in error
+    else:
+        assert "dvc pull" not in error and "no DVC remote is configured here" in error
 
 
 def test_leaderboard_merges_the_rows_of_todays_code(repo: Path) -> None:

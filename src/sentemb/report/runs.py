@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,9 +86,20 @@ def revision_reader(revision: str, repo: Path = Path(), label: str | None = None
     cache or, where configured, its default remote. One that neither has is an error saying
     which `dvc` command gets it."""
     from dvc.api import DVCFileSystem
+    from dvc.repo import Repo
 
     fs = DVCFileSystem(str(repo), rev=revision)
     name = label or revision
+    with Repo(str(repo)) as dvc:
+        remote = dvc.config["core"].get("remote")
+    quoted = shlex.quote(name)
+    if remote:
+        get = (
+            f"get it from remote {remote!r}: a branch or commit: `git checkout {quoted} && dvc "
+            f"pull`; an experiment: `dvc exp pull {shlex.quote(remote)} {quoted}`"
+        )
+    else:
+        get = "no DVC remote is configured here: add the one that holds it (`dvc remote add -d`)"
 
     def read(path: str) -> bytes:
         try:
@@ -95,9 +107,8 @@ def revision_reader(revision: str, repo: Path = Path(), label: str | None = None
         except Exception as err:  # missing from git and the cache, or DVC's own errors
             raise MissingResults(
                 f"{name}:{path}: not in git, the DVC cache or a remote ({type(err).__name__});"
-                f" get it with `dvc pull` at that revision (a branch or commit: `git checkout"
-                f" {name} && dvc pull`; an experiment: `dvc exp pull <remote> {name}`), or run"
-                " that revision's pipeline again"
+                f" {get}; or run that revision's pipeline again (`git checkout {quoted} && dvc"
+                " repro`)"
             ) from err
 
     return read
