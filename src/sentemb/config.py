@@ -67,7 +67,8 @@ class Range:
         if self.low is None:
             high = self.high if isinstance(self.high, int) else f"{self.high:g}"
             return f"{'<' if self.open_high else '<='} {high}"
-        high = "2**32" if self.high == 2**32 else f"{self.high:.3g}"
+        high = f"{self.high}" if isinstance(self.high, int) else f"{self.high:.3g}"
+        high = "2**32" if self.high == 2**32 else high
         left, right = "(" if self.open_low else "[", ")" if self.open_high else "]"
         return f"in {left}{self.low:g}, {high}{right}"
 

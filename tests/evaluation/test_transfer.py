@@ -472,7 +472,9 @@ def test_blank_lines_sort_as_zero_tokens_and_embed_as_a_period(
         seen["sentences"] = list(sentences)
         return embed(encoder, sentences, batch_size)
 
-    def record_cv(X: np.ndarray, y: np.ndarray, config: TransferConfig) -> NestedCVResult:
+    def record_cv(
+        X: np.ndarray, y: np.ndarray, config: TransferConfig, task: str
+    ) -> NestedCVResult:
         seen["labels"] = y.tolist()
         return NestedCVResult(dev=0.0, test=0.0, chosen=[])
 
