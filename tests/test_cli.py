@@ -9,6 +9,7 @@ import contextlib
 import io
 import re
 import runpy
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,11 +22,12 @@ from support import REPO
 from support.stages import run_stage
 
 SRC = REPO / "src" / "sentemb"
+MAIN = 'if __name__ == "__main__":'
 # Every command line: the stages and the modules run with `python -m` (but `progress`, which
 # hands its arguments to `dvc repro`).
 COMMANDS = sorted(
     [*(REPO / "stages").glob("*.py")]
-    + [p for p in SRC.glob("*.py") if "__main__" in p.read_text() and p.stem != "progress"]
+    + [p for p in SRC.glob("*.py") if MAIN in p.read_text() and p.stem != "progress"]
 )
 # Options that name no path, model or revision: a choice, a number or free text.
 PLAIN = {"help", "suites", "method", "seed", "noise", "language", "sentences", "tasks", "all"}
@@ -222,3 +224,21 @@ def test_the_parser_refuses_what_argparse_would_take(tmp_path: Path) -> None:
     plain.add_argument("--out")
     for value in ("", "--metrics", " x"):
         assert plain.parse_args([f"--out={value}"]).out == value
+
+
+@pytest.mark.parametrize(
+    ("spec", "argv0", "usage"),
+    [
+        ("sentemb.compare", "/x/src/sentemb/compare.py", "python -m sentemb.compare"),
+        (None, "stages/train.py", "python stages/train.py"),
+    ],
+)
+def test_help_names_the_command_as_it_is_typed(
+    monkeypatch: pytest.MonkeyPatch, spec: str | None, argv0: str, usage: str
+) -> None:
+    """`--help` starts `usage: python -m sentemb.compare`, not argparse's `compare.py`, which
+    is no command a user can type."""
+    main = argparse.Namespace(__spec__=argparse.Namespace(name=spec) if spec else None)
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    monkeypatch.setattr("sys.argv", [argv0, "--help"])
+    assert Parser("a command").format_usage() == f"usage: {usage} [-h]\n"

@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 
 from sentemb import phrases
+from sentemb.config import ConfigError
 from sentemb.phrases import (
     Extractor,
     PhrasesConfig,
     extract,
+    nltk_stopwords,
     phrase_span,
     read_idf,
     read_phrase_spans,
@@ -42,6 +44,18 @@ def test_phrase_length_and_count_params() -> None:
         "china earthquakes",
         "officials said",
     ]
+
+
+@pytest.mark.parametrize("param", ["phrases.language", "paser.stopwords"])
+@pytest.mark.parametrize(
+    "language", ["../x", "../stopwords/english", "README", "", "English", "english ", "klingon"]
+)
+def test_a_stopword_list_is_one_of_nltk_s_names_never_a_path(param: str, language: str) -> None:
+    """A name NLTK has no list for (a path out of its folder, its README, a typo) is one error
+    naming the param; before, `../x` was read as a file beside the lists."""
+    with pytest.raises(ConfigError, match=rf"^{param}: .* not one of NLTK's stopword lists"):
+        nltk_stopwords(language, param)
+    assert "the" in nltk_stopwords("english", param)
 
 
 def test_phrase_span_is_case_insensitive_and_whole_words() -> None:

@@ -87,12 +87,20 @@ def existing(folder: bool | None) -> Callable[[str], Path]:
     return check
 
 
+def program() -> str:
+    """The command line that started this process, as `--help` shows it: `python -m
+    sentemb.compare`, `python stages/train.py` (argparse alone says `compare.py`)."""
+    spec = getattr(sys.modules["__main__"], "__spec__", None)
+    return f"python -m {spec.name}" if spec else f"python {sys.argv[0]}"
+
+
 class Parser(argparse.ArgumentParser):
     """`argparse` with kinds for the options that name paths, models and revisions, and usage
     errors in one line (`error: argument --out: …`, status 2)."""
 
     def __init__(self, description: str | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        kwargs.setdefault("prog", program())
         super().__init__(description=description, **kwargs)
         self.kinds: dict[str, Kind] = {}  # an option's dest -> its kind
         self.sometimes: set[str] = set()  # inputs that only some params read

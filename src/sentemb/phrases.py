@@ -76,7 +76,8 @@ class PhrasesConfig:
 
 
 def nltk_stopwords(language: str, param: str = "phrases.language") -> set[str]:
-    """NLTK's stopword list from `NLTK_DATA` (downloaded when missing and online)."""
+    """NLTK's stopword list from `NLTK_DATA` (downloaded when missing and online); `language` is
+    one of its lists' names (`english`), never a path (`../x`) or its README."""
     import nltk
     from nltk.corpus import stopwords
 
@@ -85,12 +86,18 @@ def nltk_stopwords(language: str, param: str = "phrases.language") -> set[str]:
     except LookupError:
         nltk.download("stopwords", quiet=True)
     try:
-        return set(stopwords.words(language))
+        names = set(stopwords.fileids()) - {"README"}
     except (LookupError, OSError) as err:
         raise ConfigError(
-            f"{param}: no NLTK stopword list {language!r}; set NLTK_DATA to a folder "
-            f"with corpora/stopwords/{language} (offline: ../shared/nltk_data)"
+            f"{param}: no NLTK stopword lists; set NLTK_DATA to a folder with "
+            "corpora/stopwords (offline: ../shared/nltk_data)"
         ) from err
+    if language not in names:
+        raise ConfigError(
+            f"{param}: {language!r} is not one of NLTK's stopword lists "
+            f"({', '.join(sorted(names))})"
+        )
+    return set(stopwords.words(language))
 
 
 def phrase_span(sentence: str, phrase: str, chinese: bool) -> tuple[int, int] | None:
