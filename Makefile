@@ -8,7 +8,9 @@ ENV := export DVC_NO_ANALYTICS=1 MLFLOW_DISABLE_TELEMETRY=true NLTK_DATA="$${NLT
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	test -d $(VENV) || python3 -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements.txt
+	# --no-compile: Python compiles the modules a run imports when it first imports them; compiling
+	# every installed file up front took half of a fresh install (3 min 36 s -> 1 min 52 s).
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-compile -r requirements.txt
 	touch $@
 
 install: $(VENV)/.installed

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from sentemb import leaderboard as leaderboard_module
+from sentemb import review
 from sentemb.config import UserError
 
 from support.experiments import fake_experiment, write_experiment
@@ -451,3 +452,36 @@ def test_a_shorter_run_of_today_s_code_keeps_the_recorded_rows(listed: tuple[Pat
     assert "sscl (seeds=[1])" in [r["label"] for r in after["rows"]]
     assert after["tested_against"] == board["tested_against"]
     assert "iscse (seeds=[1]) at 0000000: its commit is not here: kept as recorded" in done.stderr
+
+
+def test_the_board_and_its_report_are_written_together_or_not_at_all(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A report that cannot be written (here: a character no encoding takes) leaves no JSON
+    either: both are written in full before either replaces its file."""
+    clone = tmp_path / "repo"
+    shutil.copytree(repo, clone)
+    monkeypatch.chdir(clone)
+    monkeypatch.setattr(sys, "argv", ["leaderboard"])
+    monkeypatch.setattr(leaderboard_module, "leaderboard", lambda board: "# Leaderboard\n\ud800")
+    with pytest.raises(UnicodeEncodeError):
+        leaderboard_module.main()
+    assert not list(clone.glob("reports/*"))  # nor a temporary
+
+
+def test_a_branch_named_workspace_is_reached_as_heads_workspace(
+    repo: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`workspace` is the working folder, as for DVC, with a warning where a branch has that
+    name; `heads/workspace` is the branch."""
+    clone = tmp_path / "repo"
+    shutil.copytree(repo, clone)
+    head = git(clone, "rev-parse", "HEAD")
+    git(clone, "commit", "--allow-empty", "-qm", "on a branch")
+    git(clone, "branch", "workspace")
+    branch = git(clone, "rev-parse", "HEAD")
+    git(clone, "reset", "-q", "--hard", head)
+    with caplog.at_level("WARNING", logger="review"):
+        assert review.commits(("HEAD", "workspace"), clone) == [head, None]
+    assert "heads/workspace or tags/workspace" in caplog.text
+    assert review.commits(("HEAD", "heads/workspace"), clone) == [head, branch]

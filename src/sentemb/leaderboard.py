@@ -371,9 +371,9 @@ def main() -> None:
     check_outputs(out, report_path)  # both refused before either is written
     board = build(repo, out)
     report = leaderboard(board)
-    write_json(out, board)
-    with atomic_path(report_path) as tmp:
+    with atomic_path(report_path) as tmp:  # the report in full, then the board, then the report
         tmp.write_text(report, encoding="utf-8")
+        write_json(out, board)
     for row in board["stale"]:
         log.warning(
             "%s at %s: %s: left out; rerun it: %s",

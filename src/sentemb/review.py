@@ -3,13 +3,15 @@ they read, the commit a name stands for, and how they end.
 
 Run from any folder of a clone, each reads and writes at the repository's root, as `dvc` does;
 outside one it is one error. A name is a git revision that is a commit, or a DVC experiment's
-name, or `workspace` (the working folder); anything else (a tree, a file, an experiment name
-two experiments share) is one error naming it, as are two names of one commit. Ctrl-C ends a
-command with status 130 and no traceback.
+name, or `workspace` (the working folder, as for DVC; a branch of that name is then
+`heads/workspace`); anything else (a tree, a file, an experiment name two experiments share) is
+one error naming it, as are two names of one commit. Ctrl-C ends a command with status 130 and
+no traceback.
 """
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from collections.abc import Callable
@@ -19,6 +21,7 @@ from typing import Any
 from sentemb.cli import run_stage
 from sentemb.config import UserError
 
+log = logging.getLogger("review")
 WORKSPACE = "workspace"  # the working folder, as DVC names it
 
 
@@ -42,10 +45,26 @@ def commits(names: tuple[str, str], repo: Path) -> list[str | None]:
 
     with Repo(str(repo)) as dvc:
         found = [None if name == WORKSPACE else resolve(name, dvc) for name in names]
+        if WORKSPACE in names and git_commit(WORKSPACE, dvc):
+            log.warning(
+                "%s: read as the working folder, as DVC does; the git branch or tag of that "
+                "name is heads/%s or tags/%s",
+                WORKSPACE,
+                WORKSPACE,
+                WORKSPACE,
+            )
     if names[0] == names[1] or (found[0] is not None and found[0] == found[1]):
         same = f" (both {found[0][:7]})" if found[0] and names[0] != names[1] else ""
         raise UserError(f"{names[0]} and {names[1]}: one revision{same}, compared with itself")
     return found
+
+
+def git_commit(name: str, dvc: Any) -> str | None:
+    """The object git (of the open DVC repository `dvc`) resolves revision `name` to, or None."""
+    try:
+        return dvc.scm.resolve_rev(name)
+    except Exception:  # scmrepo's RevError: not a git revision
+        return None
 
 
 def resolve(name: str, dvc: Any) -> str:
@@ -54,9 +73,8 @@ def resolve(name: str, dvc: Any) -> str:
     from dvc.repo.experiments.exceptions import AmbiguousExpRefInfo
     from dvc.repo.experiments.utils import resolve_name
 
-    try:
-        commit = dvc.scm.resolve_rev(name)
-    except Exception:  # scmrepo's RevError: not a git revision
+    commit = git_commit(name, dvc)
+    if commit is None:
         try:
             ref = resolve_name(dvc.scm, [name])[name]
         except AmbiguousExpRefInfo:
@@ -68,7 +86,7 @@ def resolve(name: str, dvc: Any) -> str:
             raise UserError(
                 f"{name}: neither a git revision nor a DVC experiment of this repository "
                 "(`dvc exp list` shows the experiments)"
-            ) from None
+            )
         commit = dvc.scm.get_ref(str(ref))
     kind = subprocess.run(
         ["git", "cat-file", "-t", commit], cwd=dvc.root_dir, capture_output=True, text=True
