@@ -44,6 +44,16 @@ def test_replaces_file_and_folder_in_one_rename(tmp_path: Path) -> None:
     assert leftovers(tmp_path) == []
 
 
+def test_an_atomic_write_into_another_s_temporary_ends(tmp_path: Path) -> None:
+    """`write_json(tmp)` inside `atomic_path`'s body: the inner rename used to wait forever
+    for the lock the outer writer holds on its own temporary folder."""
+    out = tmp_path / "board.json"
+    with atomic_path(out) as tmp:
+        write_json(tmp, {"rows": 1})
+    assert json.loads(out.read_text()) == {"rows": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["board.json"]
+
+
 def test_error_in_body_keeps_earlier_output(tmp_path: Path) -> None:
     write_json(tmp_path / "m.json", {"a": 1})
     with pytest.raises(KeyError), atomic_path(tmp_path / "m.json") as tmp:

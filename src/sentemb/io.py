@@ -193,7 +193,10 @@ def atomic_path(path: str | Path, *, folder: bool = False) -> Iterator[Path]:
             raise OutputError(
                 f"{path}: not written, the disk is full ({err}){_kept(path)}"
             ) from err
-        with _locked(path.parent):  # one rename at a time: the last writer's output stays
+        # one rename at a time: the last writer's output stays. A `.partial-` folder is one
+        # writer's, locked by it: an atomic write into another's temporary takes no second lock.
+        mine = path.parent.name.startswith(PARTIAL)
+        with contextlib.nullcontext() if mine else _locked(path.parent):
             check_output(path, folder=folder)
             if path.is_dir():
                 path.rename(partial / "old")
