@@ -10,12 +10,16 @@ import io
 import re
 import runpy
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sentemb import cli
 from sentemb.cli import Parser
 
 from support import REPO
@@ -242,3 +246,39 @@ def test_help_names_the_command_as_it_is_typed(
     monkeypatch.setitem(sys.modules, "__main__", main)
     monkeypatch.setattr("sys.argv", [argv0, "--help"])
     assert Parser("a command").format_usage() == f"usage: {usage} [-h]\n"
+
+
+def raise_cuda_oom() -> None:
+    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+
+def raise_a_bug() -> None:
+    raise RuntimeError("a bug")
+
+
+@pytest.mark.parametrize(
+    "allocate",
+    [
+        lambda: torch.empty(2**42),  # 16 TiB: torch's CPU allocator refuses it
+        lambda: np.empty(2**50),  # 8 PiB: NumPy's MemoryError
+        raise_cuda_oom,
+    ],
+    ids=["torch-cpu", "numpy", "torch-cuda"],
+)
+def test_an_allocation_larger_than_the_machine_is_one_error_naming_the_size_params(
+    allocate: Callable[[], object], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A batch size under its cap that no memory holds (`train.batch_size: 100000000`) was a
+    C++ traceback; now one line naming the params that size memory, status 1."""
+    with pytest.raises(SystemExit) as exit:
+        cli.run_stage(allocate)
+    assert exit.value.code == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: out of memory ("), lines
+    assert cli.SIZES in lines[0]
+
+
+def test_any_other_runtime_error_is_a_traceback() -> None:
+    """Only a failed allocation is said in one line: any other RuntimeError is a bug to see."""
+    with pytest.raises(RuntimeError, match="a bug"):
+        cli.run_stage(raise_a_bug)

@@ -32,15 +32,40 @@ Kind = Literal["file", "folder", "path", "output", "outputs", "model", "revision
 INPUTS = {False: "file", True: "folder", None: "path"}
 
 
+# The params that size what a stage holds in memory: where one is too large, lower it.
+SIZES = "model/train/eval batch_size and max_length, iscse.buffer_size, refine.corpus_size"
+
+
+def out_of_memory(err: BaseException) -> bool:
+    """A failed allocation: Python's or NumPy's `MemoryError`, torch's on a CPU
+    (`DefaultCPUAllocator: can't allocate memory`) or a GPU (`OutOfMemoryError`)."""
+    return (
+        isinstance(err, MemoryError)
+        or type(err).__name__ == "OutOfMemoryError"
+        or (isinstance(err, RuntimeError) and "can't allocate memory" in str(err))
+    )
+
+
 def run_stage(main: Callable[[], None]) -> None:
-    """Run a stage's `main`; a user-facing error (`UserError`, or an `OSError` such as a full
-    disk) is printed once and exits with status 1."""
+    """Run a stage's `main`; a user-facing error (`UserError`, an `OSError` such as a full disk,
+    an allocation larger than the machine has) is printed once and exits with status 1. (Memory
+    the kernel grants and then cannot back ends the process with SIGKILL: no message can.)"""
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, datefmt=DATE_FORMAT)
     try:
         with stage_clock():
             main()
     except (UserError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
+        sys.exit(1)
+    except (MemoryError, RuntimeError) as err:
+        if not out_of_memory(err):
+            raise
+        said = " ".join(str(err).split())[:300]
+        print(
+            f"error: out of memory ({type(err).__name__}: {said}): a size param is larger than "
+            f"this machine holds ({SIZES}); lower it in params.yaml",
+            file=sys.stderr,
+        )
         sys.exit(1)
 
 
