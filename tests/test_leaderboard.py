@@ -461,12 +461,15 @@ def test_the_board_and_its_report_are_written_together_or_not_at_all(
     either: both are written in full before either replaces its file."""
     clone = tmp_path / "repo"
     shutil.copytree(repo, clone)
+    for board in clone.glob("reports/*.json"):  # a mark a rewrite would remove
+        board.write_text(board.read_text() + " ")
+    before = {path.name: path.read_bytes() for path in clone.glob("reports/*")}
     monkeypatch.chdir(clone)
     monkeypatch.setattr(sys, "argv", ["leaderboard"])
     monkeypatch.setattr(leaderboard_module, "leaderboard", lambda board: "# Leaderboard\n\ud800")
     with pytest.raises(UnicodeEncodeError):
         leaderboard_module.main()
-    assert not list(clone.glob("reports/*"))  # nor a temporary
+    assert {path.name: path.read_bytes() for path in clone.glob("reports/*")} == before
 
 
 def test_a_branch_named_workspace_is_reached_as_heads_workspace(
