@@ -252,6 +252,14 @@ def raise_cuda_oom() -> None:
     raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
 
 
+def raise_cuda_error() -> None:
+    raise RuntimeError("CUDA error: out of memory")
+
+
+def raise_cublas_error() -> None:
+    raise RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`")
+
+
 def raise_a_bug() -> None:
     raise RuntimeError("a bug")
 
@@ -259,11 +267,14 @@ def raise_a_bug() -> None:
 @pytest.mark.parametrize(
     "allocate",
     [
-        lambda: torch.empty(2**42),  # 16 TiB: torch's CPU allocator refuses it
-        lambda: np.empty(2**50),  # 8 PiB: NumPy's MemoryError
+        # 1 EiB: more than any x86-64 or arm64 address space, whatever the overcommit policy
+        lambda: torch.empty(2**60, dtype=torch.uint8),
+        lambda: np.empty(2**60, dtype=np.uint8),
         raise_cuda_oom,
+        raise_cuda_error,
+        raise_cublas_error,
     ],
-    ids=["torch-cpu", "numpy", "torch-cuda"],
+    ids=["torch-cpu", "numpy", "torch-cuda", "cuda-error", "cublas"],
 )
 def test_an_allocation_larger_than_the_machine_is_one_error_naming_the_size_params(
     allocate: Callable[[], object], capsys: pytest.CaptureFixture[str]

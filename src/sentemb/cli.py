@@ -32,17 +32,24 @@ Kind = Literal["file", "folder", "path", "output", "outputs", "model", "revision
 INPUTS = {False: "file", True: "folder", None: "path"}
 
 
-# The params that size what a stage holds in memory: where one is too large, lower it.
-SIZES = "model/train/eval batch_size and max_length, iscse.buffer_size, refine.corpus_size"
+# The params that size what a stage holds in memory.
+SIZES = (
+    "model.batch_size, model.max_length, train.batch_size, train.max_length, data.corpus_size, "
+    "iscse.buffer_size, refine.corpus_size, refine.pairs, refine.valid_pairs, "
+    "eval.retrieval.query_chunk, eval.retrieval.chunk_cells, compare.resamples"
+)
+# What torch's RuntimeErrors say of a failed allocation: on a CPU, by CUDA, by cuBLAS.
+ALLOCATION_FAILED = ("can't allocate memory", "out of memory", "ALLOC_FAILED")
 
 
 def out_of_memory(err: BaseException) -> bool:
     """A failed allocation: Python's or NumPy's `MemoryError`, torch's on a CPU
-    (`DefaultCPUAllocator: can't allocate memory`) or a GPU (`OutOfMemoryError`)."""
+    (`DefaultCPUAllocator: can't allocate memory`) or a GPU (`OutOfMemoryError`, `CUDA error:
+    out of memory`, `CUBLAS_STATUS_ALLOC_FAILED`)."""
     return (
         isinstance(err, MemoryError)
         or type(err).__name__ == "OutOfMemoryError"
-        or (isinstance(err, RuntimeError) and "can't allocate memory" in str(err))
+        or (isinstance(err, RuntimeError) and any(m in str(err) for m in ALLOCATION_FAILED))
     )
 
 
@@ -62,8 +69,8 @@ def run_stage(main: Callable[[], None]) -> None:
             raise
         said = " ".join(str(err).split())[:300]
         print(
-            f"error: out of memory ({type(err).__name__}: {said}): a size param is larger than "
-            f"this machine holds ({SIZES}); lower it in params.yaml",
+            f"error: out of memory ({type(err).__name__}: {said}): where a size param asks for "
+            f"more than this machine holds, lower it in params.yaml ({SIZES})",
             file=sys.stderr,
         )
         sys.exit(1)
@@ -125,7 +132,8 @@ class Parser(argparse.ArgumentParser):
 
     def __init__(self, description: str | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
-        kwargs.setdefault("prog", program())
+        if "prog" not in kwargs:
+            kwargs["prog"] = program()
         super().__init__(description=description, **kwargs)
         self.kinds: dict[str, Kind] = {}  # an option's dest -> its kind
         self.sometimes: set[str] = set()  # inputs that only some params read

@@ -86,7 +86,7 @@ def nltk_stopwords(language: str, param: str = "phrases.language") -> set[str]:
     except LookupError:
         nltk.download("stopwords", quiet=True)
     try:
-        names = set(stopwords.fileids()) - {"README"}
+        names = set(stopwords.fileids())  # NLTK lists no README among them
     except (LookupError, OSError) as err:
         raise ConfigError(
             f"{param}: no NLTK stopword lists; set NLTK_DATA to a folder with "
