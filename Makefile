@@ -6,12 +6,12 @@ ENV := export DVC_NO_ANALYTICS=1 MLFLOW_DISABLE_TELEMETRY=true NLTK_DATA="$${NLT
 
 .PHONY: install pull repro test lint
 
+# pip compiles every installed file to bytecode on one core; compileall -j 0 does it on all. It
+# exits 1 for files the venv's Python cannot compile (torch's py312 test helpers), as pip skips.
 $(VENV)/.installed: requirements.txt pyproject.toml
 	test -d $(VENV) || python3 -m venv $(VENV)
-	# pip compiles every installed file to bytecode on one core; compileall -j 0 does it on all
-	# (it exits 1 for files that are not Python 3.11, as torch's py312 test helpers; pip skips them)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-compile -r requirements.txt
-	$(VENV)/bin/python -m compileall -q -j 0 $(VENV)/lib > /dev/null || true
+	$(VENV)/bin/python -m compileall -qq -j 0 $(VENV)/lib || true
 	touch $@
 
 install: $(VENV)/.installed

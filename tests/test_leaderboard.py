@@ -454,15 +454,14 @@ def test_a_shorter_run_of_today_s_code_keeps_the_recorded_rows(listed: tuple[Pat
     assert "iscse (seeds=[1]) at 0000000: its commit is not here: kept as recorded" in done.stderr
 
 
-def test_the_board_and_its_report_are_written_together_or_not_at_all(
-    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_report_that_cannot_be_written_leaves_the_board_as_it_was(
+    listed: tuple[Path, dict], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A report that cannot be written (here: a character no encoding takes) leaves no JSON
-    either: both are written in full before either replaces its file."""
-    clone = tmp_path / "repo"
-    shutil.copytree(repo, clone)
-    for board in clone.glob("reports/*.json"):  # a mark a rewrite would remove
-        board.write_text(board.read_text() + " ")
+    """A report that cannot be written (here: a character no encoding takes) leaves the JSON as
+    it was: the report is written in full before the JSON."""
+    clone, _ = listed
+    board = clone / "reports" / "leaderboard.json"
+    board.write_text(board.read_text() + " ")  # a mark the board's rewrite would remove
     before = {path.name: path.read_bytes() for path in clone.glob("reports/*")}
     monkeypatch.chdir(clone)
     monkeypatch.setattr(sys, "argv", ["leaderboard"])
@@ -483,8 +482,15 @@ def test_a_branch_named_workspace_is_reached_as_heads_workspace(
     git(clone, "commit", "--allow-empty", "-qm", "on a branch")
     git(clone, "branch", "workspace")
     branch = git(clone, "rev-parse", "HEAD")
+    git(clone, "update-ref", "refs/remotes/origin/workspace", branch)
     git(clone, "reset", "-q", "--hard", head)
     with caplog.at_level("WARNING", logger="review"):
         assert review.commits(("HEAD", "workspace"), clone) == [head, None]
-    assert "heads/workspace or tags/workspace" in caplog.text
+    assert caplog.text.count("git's ref of that name is ") == 1
+    assert "is heads/workspace or remotes/origin/workspace\n" in caplog.text
     assert review.commits(("HEAD", "heads/workspace"), clone) == [head, branch]
+    caplog.clear()
+    git(clone, "branch", "-D", "workspace")
+    git(clone, "update-ref", "-d", "refs/remotes/origin/workspace")
+    assert review.commits(("HEAD", "workspace"), clone) == [head, None]
+    assert not caplog.text

@@ -45,18 +45,27 @@ def commits(names: tuple[str, str], repo: Path) -> list[str | None]:
 
     with Repo(str(repo)) as dvc:
         found = [None if name == WORKSPACE else resolve(name, dvc) for name in names]
-        if WORKSPACE in names and git_commit(WORKSPACE, dvc):
+        if WORKSPACE in names and (refs := named_refs(WORKSPACE, dvc)):
             log.warning(
-                "%s: read as the working folder, as DVC does; the git branch or tag of that "
-                "name is heads/%s or tags/%s",
+                "%s: read as the working folder, as DVC does; git's ref of that name is %s",
                 WORKSPACE,
-                WORKSPACE,
-                WORKSPACE,
+                " or ".join(refs),
             )
     if names[0] == names[1] or (found[0] is not None and found[0] == found[1]):
         same = f" (both {found[0][:7]})" if found[0] and names[0] != names[1] else ""
         raise UserError(f"{names[0]} and {names[1]}: one revision{same}, compared with itself")
     return found
+
+
+def named_refs(name: str, dvc: Any) -> list[str]:
+    """The git branches, tags and remote branches called `name`, as revisions that reach each
+    (`heads/workspace`, `remotes/origin/workspace`)."""
+    return [
+        ref.removeprefix("refs/")
+        for ref in dvc.scm.iter_refs()
+        if ref.startswith(("refs/heads/", "refs/tags/", "refs/remotes/"))
+        and ref.rsplit("/", 1)[-1] == name
+    ]
 
 
 def git_commit(name: str, dvc: Any) -> str | None:
