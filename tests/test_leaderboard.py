@@ -232,13 +232,22 @@ def test_leaderboard_merges_the_rows_of_todays_code(repo: Path) -> None:
     assert json.loads((repo / "reports" / "leaderboard.json").read_text()) == board
 
 
+def rebuild(clone: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
+    """The leaderboard `clone` gives, built in this process as the command builds it (a
+    subprocess per call spent seconds importing; the command itself is run where its output
+    or exit status is what a test checks)."""
+    monkeypatch.chdir(clone)
+    monkeypatch.setattr(sys, "argv", ["leaderboard"])
+    leaderboard_module.main()
+    return json.loads((clone / "reports" / "leaderboard.json").read_text())
+
+
 @pytest.fixture
-def listed(repo: Path, tmp_path: Path) -> tuple[Path, dict]:
+def listed(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, dict]:
     """A copy of `repo` and the leaderboard it gives, before a listed row's commit is gone."""
     clone = tmp_path / "repo"
     shutil.copytree(repo, clone)
-    assert python(clone, "sentemb.leaderboard").returncode == 0
-    return clone, json.loads((clone / "reports" / "leaderboard.json").read_text())
+    return clone, rebuild(clone, monkeypatch)
 
 
 def gone_rows(board: dict) -> list[dict]:
@@ -252,7 +261,9 @@ def gone_rows(board: dict) -> list[dict]:
     ]
 
 
-def test_a_row_whose_commit_is_gone_keeps_its_numbers(listed: tuple[Path, dict]) -> None:
+def test_a_row_whose_commit_is_gone_keeps_its_numbers(
+    listed: tuple[Path, dict], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A listed row whose commit git no longer has (an experiment of another clone) keeps its
     numbers, its params made relative to today's, while the stage code and SimCSE predictions
     it was tested against are today's; a run git has replaces a kept row of its label; the
@@ -262,9 +273,7 @@ def test_a_row_whose_commit_is_gone_keeps_its_numbers(listed: tuple[Path, dict])
     path = clone / "reports" / "leaderboard.json"
     path.write_text(json.dumps(board | {"rows": [*board["rows"], *rows]}))
     for _ in range(2):
-        done = python(clone, "sentemb.leaderboard")
-        assert done.returncode == 0, done.stderr[-2000:]
-        after = json.loads(path.read_text())
+        after = rebuild(clone, monkeypatch)
         assert [r["label"] for r in after["rows"]] == [
             "simcse",
             "sscl",
@@ -285,7 +294,7 @@ def test_a_row_whose_commit_is_gone_keeps_its_numbers(listed: tuple[Path, dict])
     ],
 )
 def test_a_row_whose_commit_is_gone_is_left_out_when_code_or_simcse_moved(
-    listed: tuple[Path, dict], change: dict, reason: str
+    listed: tuple[Path, dict], change: dict, reason: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A listed row whose commit is gone is left out, named with its rerun command on every
     later call until a row of its method replaces it, where the stage code changed or the
@@ -295,9 +304,7 @@ def test_a_row_whose_commit_is_gone_is_left_out_when_code_or_simcse_moved(
     path = clone / "reports" / "leaderboard.json"
     path.write_text(json.dumps(board | change | {"rows": [*board["rows"], iscse]}))
     for _ in range(2):
-        done = python(clone, "sentemb.leaderboard")
-        assert done.returncode == 0, done.stderr[-2000:]
-        after = json.loads(path.read_text())
+        after = rebuild(clone, monkeypatch)
         assert [r["label"] for r in after["rows"]] == ["simcse", "sscl"]
         stale = {s["label"]: s for s in after["stale"]}
         assert stale["iscse"]["reason"].startswith(reason)
@@ -305,7 +312,9 @@ def test_a_row_whose_commit_is_gone_is_left_out_when_code_or_simcse_moved(
         assert "iscse at 0000000: " in (clone / "reports" / "leaderboard.md").read_text()
 
 
-def test_a_kept_row_names_the_params_that_differ_from_today_s(listed: tuple[Path, dict]) -> None:
+def test_a_kept_row_names_the_params_that_differ_from_today_s(
+    listed: tuple[Path, dict], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A kept row ran with the board's params of then: one that differs from today's is in its
     label."""
     clone, board = listed
@@ -313,9 +322,7 @@ def test_a_kept_row_names_the_params_that_differ_from_today_s(listed: tuple[Path
     path = clone / "reports" / "leaderboard.json"
     then = board["params"] | {"train.learning_rate": 1.0}
     path.write_text(json.dumps(board | {"params": then, "rows": [*board["rows"], iscse]}))
-    done = python(clone, "sentemb.leaderboard")
-    assert done.returncode == 0, done.stderr[-2000:]
-    after = json.loads(path.read_text())
+    after = rebuild(clone, monkeypatch)
     assert after["rows"][2]["label"] == "iscse (seeds=[1], train.learning_rate=1.0)"
     assert after["rows"][2]["params"] == {"seeds": [1], "train.learning_rate": 1.0}
 
@@ -463,11 +470,9 @@ def test_a_report_that_cannot_be_written_leaves_the_board_as_it_was(
     board = clone / "reports" / "leaderboard.json"
     board.write_text(board.read_text() + " ")  # a mark the board's rewrite would remove
     before = {path.name: path.read_bytes() for path in clone.glob("reports/*")}
-    monkeypatch.chdir(clone)
-    monkeypatch.setattr(sys, "argv", ["leaderboard"])
     monkeypatch.setattr(leaderboard_module, "leaderboard", lambda board: "# Leaderboard\n\ud800")
     with pytest.raises(UnicodeEncodeError):
-        leaderboard_module.main()
+        rebuild(clone, monkeypatch)
     assert {path.name: path.read_bytes() for path in clone.glob("reports/*")} == before
 
 
