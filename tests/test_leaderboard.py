@@ -497,5 +497,6 @@ def test_a_branch_named_workspace_is_reached_as_heads_workspace(
     caplog.clear()
     git(clone, "branch", "-D", "workspace")
     git(clone, "update-ref", "-d", "refs/remotes/origin/workspace")
+    git(clone, "branch", "feature/workspace", branch)  # not named workspace
     assert review.commits(("HEAD", "workspace"), clone) == [head, None]
     assert not caplog.text

@@ -58,22 +58,14 @@ def commits(names: tuple[str, str], repo: Path) -> list[str | None]:
 
 
 def named_refs(name: str, dvc: Any) -> list[str]:
-    """The git branches, tags and remote branches called `name`, as revisions that reach each
-    (`heads/workspace`, `remotes/origin/workspace`)."""
+    """The git branch, tag and remotes' branches called `name` (not `feature/name`), as
+    revisions that reach each (`heads/workspace`, `remotes/origin/workspace`)."""
     return [
         ref.removeprefix("refs/")
         for ref in dvc.scm.iter_refs()
-        if ref.startswith(("refs/heads/", "refs/tags/", "refs/remotes/"))
-        and ref.rsplit("/", 1)[-1] == name
+        if ref in (f"refs/heads/{name}", f"refs/tags/{name}")
+        or (ref.startswith("refs/remotes/") and ref.count("/") == 3 and ref.endswith(f"/{name}"))
     ]
-
-
-def git_commit(name: str, dvc: Any) -> str | None:
-    """The object git (of the open DVC repository `dvc`) resolves revision `name` to, or None."""
-    try:
-        return dvc.scm.resolve_rev(name)
-    except Exception:  # scmrepo's RevError: not a git revision
-        return None
 
 
 def resolve(name: str, dvc: Any) -> str:
@@ -82,8 +74,9 @@ def resolve(name: str, dvc: Any) -> str:
     from dvc.repo.experiments.exceptions import AmbiguousExpRefInfo
     from dvc.repo.experiments.utils import resolve_name
 
-    commit = git_commit(name, dvc)
-    if commit is None:
+    try:
+        commit = dvc.scm.resolve_rev(name)
+    except Exception:  # scmrepo's RevError: not a git revision
         try:
             ref = resolve_name(dvc.scm, [name])[name]
         except AmbiguousExpRefInfo:
@@ -95,7 +88,7 @@ def resolve(name: str, dvc: Any) -> str:
             raise UserError(
                 f"{name}: neither a git revision nor a DVC experiment of this repository "
                 "(`dvc exp list` shows the experiments)"
-            )
+            ) from None
         commit = dvc.scm.get_ref(str(ref))
     kind = subprocess.run(
         ["git", "cat-file", "-t", commit], cwd=dvc.root_dir, capture_output=True, text=True

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from sentemb.encoder import Encoder
@@ -153,13 +153,20 @@ WORDS = ["dogs", "bark", "Dogs", "a", "cat", "sat", "on", "the", "mat", "stocks"
     st.lists(st.lists(st.sampled_from(WORDS), min_size=1, max_size=8).map(" ".join), max_size=40),
     st.integers(1, 16),
 )
+@example(["dogs", "Dogs"], 1)  # two sentences, one input: CI drew it once
 def test_a_model_is_probed_once_and_its_vectors_do_not_change(
     model: Encoder, sentences: list[str], batch_size: int
 ) -> None:
     """Before more than `PROBE_SIZE` new sentences, a model encodes up to `PROBE_SIZE` of them
     whose tokens differ ("Dogs" and "dogs" are one input to an uncased tokenizer); then every
     distinct sentence in the batches it would have without the probe: the vectors are byte for
-    byte those of `Encoder.encode`, whatever the sentences and the batch size."""
+    byte those of `Encoder.encode`, whatever the sentences and the batch size. Distinct
+    sentences that are all one input give one vector: refused, as any such rows are."""
+    unique = list(dict.fromkeys(sentences))
+    if len(unique) > 1 and len({tuple(model.tokenizer(s)["input_ids"]) for s in unique}) == 1:
+        with pytest.raises(UnusableVectors, match="the same vector for all"):
+            CachedEncoder(model).encode(sentences, batch_size)
+        return
     calls: list[list[str]] = []
     model.batches = lambda s, *a, **k: calls.append(list(s)) or Encoder.batches(model, s, *a, **k)
     try:
@@ -168,7 +175,6 @@ def test_a_model_is_probed_once_and_its_vectors_do_not_change(
         cached.encode(sentences, batch_size)  # all cached: no probe, no encoding
     finally:
         del model.batches
-    unique = list(dict.fromkeys(sentences))
     plain = model.encode(unique, batch_size, show_progress=False)
     assert vectors.tobytes() == plain[[unique.index(s) for s in sentences]].tobytes()
     encoded = [call for call in calls if call]  # an empty list asks for an empty array
