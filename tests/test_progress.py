@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from sentemb.progress import Progress, clock, dvc_plan, follow, recorded_seconds
+from sentemb.tracking import time_left
 
 FAKE_DVC = """import sys
 print("Stage 'download' didn't change, skipping")
@@ -65,6 +66,22 @@ def test_estimates_use_the_stage_its_kind_or_all_and_this_runs_measures() -> Non
     assert progress.estimate("refine@b") == 10.0
     assert Progress(["x"]).estimate("x") is None
     assert clock(59) == "0:59" and clock(3723) == "1:02:03"
+
+
+@pytest.mark.parametrize(
+    ("seconds", "said"),
+    [
+        (0.4, "~0 s left"),
+        (59.4, "~59 s left"),
+        (60, "~1 min left"),
+        (14 * 60 + 20, "~14 min left"),
+        (2 * 3600 - 1, "~120 min left"),
+        (2 * 3600, "~2 h left"),
+        (5.4e9, "~1,500,000 h left"),
+    ],
+)
+def test_time_left_reads_in_the_unit_of_its_size(seconds: float, said: str) -> None:
+    assert time_left(seconds) == said
 
 
 def test_recorded_seconds_of_a_stage_metrics_files(tmp_path: Path) -> None:

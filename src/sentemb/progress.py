@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from sentemb.tracking import SECONDS
+from sentemb.tracking import SECONDS, time_left
 
 SECONDS_RECORD = Path("plots/summary/seconds.json")  # written by stage `summary`
 STARTED = re.compile(r"^Running stage '(?P<stage>[^']+)':")
@@ -97,7 +97,7 @@ class Progress:
         left = self.left()
         eta = "time left unknown (no earlier run recorded)"
         if left is not None:
-            eta = f"~{round(left / 60)} min left" if left >= 60 else f"~{round(left)} s left"
+            eta = time_left(left)
         stamp = time.strftime("%H:%M:%S")
         elapsed = clock(now - self.started)
         return f"{stamp} [{self.done}/{len(self.plan)}] {stage} · elapsed {elapsed} · {eta}"

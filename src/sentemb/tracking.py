@@ -340,6 +340,15 @@ def fast_fail_env() -> Iterator[dict[str, str]]:
 _clock: dict[str, float] = {}  # the stage's start, while `stage_clock` runs
 
 
+def time_left(seconds: float) -> str:
+    """An estimate of time left as people read it: `~40 s`, `~14 min`, `~3 h`, `~1,500,000 h`."""
+    if seconds < 60:
+        return f"~{round(seconds)} s left"
+    if seconds < 2 * 3600:
+        return f"~{round(seconds / 60)} min left"
+    return f"~{round(seconds / 3600):,} h left"
+
+
 @contextlib.contextmanager
 def stage_clock() -> Iterator[None]:
     """The stage's wall-time clock (`RunLogger.seconds`) runs from here (`sentemb.cli.run_stage`),

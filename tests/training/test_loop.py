@@ -4,7 +4,9 @@ tampered checkpoints."""
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -36,6 +38,21 @@ def test_same_seed_same_run(tiny_model_dir: Path, tmp_path: Path, spec: str) -> 
     second = make_trainer(tiny_model_dir, spec, tmp_path / "b").train(tmp_path / "out-b")
     assert curves(first) == curves(second)
     assert all(torch.isfinite(torch.tensor(p["loss"])) for p in first.loss_curve)
+
+
+def test_each_logged_step_says_the_time_left(
+    tiny_model_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without a terminal (a log file, `dvc repro` under `make repro`) each logged step is a line
+    with the time left at this run's own pace, none after the last step; a huge
+    `train.epochs` is seen at once for what it is."""
+    with caplog.at_level(logging.INFO, logger="sentemb.training.loop"):
+        make_trainer(tiny_model_dir, "simcse", tmp_path / "ck").train(tmp_path / "out")
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step ")]
+    logged = [line for line in lines if "loss" in line]
+    assert [line.split(":")[0] for line in logged] == [f"step {k}/6" for k in range(1, 7)]
+    assert all(re.fullmatch(r"step \d/6: loss \d+\.\d{4}, ~\d+ s left", line) for line in logged)
+    assert logged[-1].endswith("~0 s left")
 
 
 def test_dropout_is_on_from_the_first_step(tiny_model_dir: Path, tmp_path: Path) -> None:

@@ -42,6 +42,7 @@ from sentemb.evaluation.base import UnusableVectors, scoring
 from sentemb.io import atomic_path
 from sentemb.methods.base import CombinedMethod, TrainState, Views
 from sentemb.pooling import pool
+from sentemb.tracking import time_left
 from sentemb.training.checkpoint import (
     exclusive,
     key_differences,
@@ -436,7 +437,7 @@ class Trainer:
             if self.world > 1:
                 dist.barrier()
         best_dir = self.run_dir / "best"
-        started = time.perf_counter()
+        started, first = time.perf_counter(), result.steps
         quiet = True if self.rank != 0 else None  # None: a bar only when stderr is a terminal
         bar = tqdm(range(result.steps, self.total_steps), desc="train", disable=quiet)
         log_lines = self.rank == 0 and bar.disable  # a log file gets the bar's news as lines
@@ -448,7 +449,15 @@ class Trainer:
                 self.on_log(logs, result.steps)
                 bar.set_postfix(loss=f"{logs['loss']:.4f}")
                 if log_lines:
-                    log.info("step %d/%d: loss %.4f", result.steps, self.total_steps, logs["loss"])
+                    per_step = (time.perf_counter() - started) / (result.steps - first)
+                    left = time_left(per_step * (self.total_steps - result.steps))
+                    log.info(
+                        "step %d/%d: loss %.4f, %s",
+                        result.steps,
+                        self.total_steps,
+                        logs["loss"],
+                        left,
+                    )
             if result.steps % self.config.eval_steps == 0 or result.steps == self.total_steps:
                 self._evaluate(result, best_dir)
             if result.steps % self.config.checkpoint_steps == 0:
