@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 
@@ -30,3 +32,32 @@ def test_whitening_makes_the_fitting_covariance_the_identity() -> None:
     for dim in (7, 10_000):  # more dimensions than the vectors have kept all 6 silently
         with pytest.raises(ConfigError, match=rf"^refine.whitening.dim: {dim} is more than the 6"):
             Whitening.fit(x, dim=dim)
+
+
+@pytest.mark.parametrize(
+    ("rows", "dim", "warned"),
+    [
+        (500, None, None),
+        (500, 3, None),
+        (4, 3, None),
+        (4, 5, "the 4 fitting vectors span 3 of 6 dimensions, so the kernel keeps 3"),
+        (3, None, "the 3 fitting vectors span 2 of 6 dimensions, so the kernel keeps 2"),
+        (3, 3, "the 3 fitting vectors span 2 of 6 dimensions, so the kernel keeps 2"),
+    ],
+)
+def test_a_fit_on_too_few_vectors_says_how_many_dimensions_it_keeps(
+    caplog: pytest.LogCaptureFixture, rows: int, dim: int | None, warned: str | None
+) -> None:
+    """`refine.valid_pairs: 2` fits each Chinese set on 4 sentences: the kernel keeps at most 3
+    dimensions, said once, with the params that give it more; a fit with the rank it needs is
+    silent."""
+    x = np.random.default_rng(1).normal(size=(rows, 6))
+    with caplog.at_level(logging.WARNING, logger="sentemb.refine.whitening"):
+        kernel = Whitening.fit(x, dim).kernel
+    messages = [record.getMessage() for record in caplog.records]
+    assert kernel.shape[1] == min(rows - 1, dim or 6)
+    if warned is None:
+        assert messages == []
+    else:
+        assert len(messages) == 1 and warned in messages[0]
+        assert "refine.valid_pairs" in messages[0]

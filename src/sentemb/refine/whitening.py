@@ -8,6 +8,7 @@ dropped, so the kernel has at most rank(Σ) columns.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -17,6 +18,8 @@ from sentemb.config import ConfigError, Count
 from sentemb.evaluation.base import SentenceEncoder, distinct
 from sentemb.refine.base import Refinement, Scalars, Tensors
 from sentemb.registry import register_refinement
+
+log = logging.getLogger(__name__)
 
 RANK_TOLERANCE = 1e-10  # variances below this share of the largest count as zero
 
@@ -57,6 +60,18 @@ class Whitening:
             raise ConfigError(
                 f"refine.whitening: the {len(x)} fitting vectors are all equal; fit it on more "
                 "(and more varied) sentences (refine.fit_on)"
+            )
+        wanted = dim or x.shape[1]
+        if rank < wanted:
+            log.warning(
+                "refine.whitening: the %d fitting vectors span %d of %d dimensions, so the kernel "
+                "keeps %d (%s); fit it on more sentences (refine.fit_on, refine.corpus_size, "
+                "refine.valid_pairs)",
+                len(x),
+                rank,
+                x.shape[1],
+                rank,
+                f"refine.whitening.dim: {dim}" if dim else "all were asked for",
             )
         kernel = u[:, :rank] / np.sqrt(s[:rank])
         return cls(kernel[:, :dim], mu)
