@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ from safetensors.numpy import save_file
 from sentemb.io import (
     MARKER,
     MARKER_HEADER,
+    PARTIAL_MARKER,
     OutputError,
     atomic_path,
     check_folder,
@@ -97,12 +99,54 @@ def test_read_only_folder(read_only: Path) -> None:
 
 
 def test_killed_writer_temporary_is_removed_by_next_write(tmp_path: Path) -> None:
+    """A killed writer's temporary (marked) goes, as does one it made and died before marking
+    (empty); a user's own folder of that name, another output's temporary, stay."""
     stale = tmp_path / ".partial-m.json.abc123"
     stale.mkdir()
+    (stale / PARTIAL_MARKER).touch()
     (stale / "tmp").write_text("half")
+    (tmp_path / ".partial-m.json.unmarked").mkdir()
+    users = tmp_path / ".partial-m.json.mine"
+    users.mkdir()
+    (users / "notes.txt").write_text("mine")
     (tmp_path / ".partial-other.json.x").mkdir()
     write_json(tmp_path / "m.json", {"a": 1})
-    assert leftovers(tmp_path) == [".partial-other.json.x"]
+    assert leftovers(tmp_path) == [".partial-m.json.mine", ".partial-other.json.x"]
+    assert (users / "notes.txt").read_text() == "mine"
+
+
+HOLDER = """import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_folder_named_like_a_temporary_still_gets_one_rename_at_a_time(tmp_path: Path) -> None:
+    """Only the temporaries this process holds skip the rename lock (a write into its own would
+    wait for itself): an output in a user's folder named `.partial-x` waits for the lock as in
+    any other folder."""
+    folder = tmp_path / ".partial-x"
+    folder.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(folder)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        writer = threading.Thread(target=write_json, args=(folder / "m.json", {"a": 1}))
+        writer.start()
+        writer.join(0.5)
+        assert writer.is_alive() and not (folder / "m.json").exists()
+        holder.communicate("go\n", timeout=30)
+        writer.join(30)
+        assert not writer.is_alive()
+    finally:
+        holder.kill()
+    assert json.loads((folder / "m.json").read_text()) == {"a": 1}
 
 
 WRITER = """import sys, time

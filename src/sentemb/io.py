@@ -35,6 +35,7 @@ class OutputError(OSError):
 
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 PARTIAL = ".partial-"
+PARTIAL_MARKER = ".sentemb-partial"  # in every temporary made here: no other folder is removed
 MARKER = ".sentemb-output"
 UNTOUCHED = "; it is untouched: move it away or choose another output path"
 MARKER_HEADER = "# written by sentemb; a later run may replace this folder while it holds only:"
@@ -121,30 +122,51 @@ def _seal(tmp: Path, folder: bool) -> None:
     (tmp / MARKER).write_text("\n".join([MARKER_HEADER, *listed]) + "\n", encoding="utf-8")
 
 
+_held: set[tuple[int, int]] = set()  # (device, inode) of the temporaries this process locks
+
+
+def _identity(folder: Path | int) -> tuple[int, int]:
+    found = os.fstat(folder) if isinstance(folder, int) else os.stat(folder)
+    return found.st_dev, found.st_ino
+
+
 def _new_temporary(path: Path) -> tuple[Path, int]:
-    """A new `.partial-<name>.*` folder beside `path` and the descriptor by which this process
-    holds its lock until it closes. A writer cleaning up may take a fresh folder before it is
-    locked and remove it; then another is made."""
+    """A new `.partial-<name>.*` folder beside `path`, marked as this module's, and the
+    descriptor by which this process holds its lock until it closes. A writer cleaning up may
+    take a fresh folder before it is locked and remove it; then another is made."""
     while True:
         folder = Path(tempfile.mkdtemp(prefix=f"{PARTIAL}{path.name}.", dir=path.parent))
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
         fcntl.flock(fd, fcntl.LOCK_EX)
-        with contextlib.suppress(FileNotFoundError):
+        try:
             if os.path.samestat(os.fstat(fd), os.stat(folder)):
+                (folder / PARTIAL_MARKER).touch()
                 return folder, fd
+        except FileNotFoundError:  # removed by a writer cleaning up before this one locked it
+            pass
+        except OSError:
+            os.close(fd)
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
         os.close(fd)
 
 
 def _remove_if_dead(stale: Path) -> None:
-    """Remove a `.partial-` temporary unless a live writer holds its lock."""
+    """Remove a `.partial-` temporary of this module's unless a live writer holds its lock. A
+    folder without the mark is removed only when empty (made by a writer killed before marking
+    it); a user's own `.partial-` folder with anything in it is kept."""
     try:
         fd = os.open(stale, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
-        return  # gone already, or not a folder this module made
+        return  # gone already, or not a folder
     try:
         with contextlib.suppress(BlockingIOError):  # a live writer's: left to it
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            shutil.rmtree(stale, ignore_errors=True)
+            if (stale / PARTIAL_MARKER).is_file():
+                shutil.rmtree(stale, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):  # not empty: not ours
+                    stale.rmdir()
     finally:
         os.close(fd)
 
@@ -182,6 +204,7 @@ def atomic_path(path: str | Path, *, folder: bool = False) -> Iterator[Path]:
     except OSError as err:
         raise OutputError(f"{path}: not written: {err}{_kept(path)}") from err
     tmp = partial / "tmp"
+    _held.add(_identity(fd))
     try:
         try:
             yield tmp
@@ -193,15 +216,17 @@ def atomic_path(path: str | Path, *, folder: bool = False) -> Iterator[Path]:
             raise OutputError(
                 f"{path}: not written, the disk is full ({err}){_kept(path)}"
             ) from err
-        # one rename at a time: the last writer's output stays. A `.partial-` folder is one
-        # writer's, locked by it: an atomic write into another's temporary takes no second lock.
-        mine = path.parent.name.startswith(PARTIAL)
+        # one rename at a time: the last writer's output stays. A write into a temporary this
+        # process holds (write_json(tmp) inside atomic_path) takes no second lock: it would wait
+        # for itself.
+        mine = _identity(path.parent) in _held
         with contextlib.nullcontext() if mine else _locked(path.parent):
             check_output(path, folder=folder)
             if path.is_dir():
                 path.rename(partial / "old")
             os.replace(tmp, path)
     finally:
+        _held.discard(_identity(fd))
         shutil.rmtree(partial, ignore_errors=True)
         os.close(fd)
 
