@@ -16,6 +16,7 @@ import yaml
 from sentemb import leaderboard as leaderboard_module
 from sentemb import review
 from sentemb.config import UserError
+from sentemb.report.runs import git_remote
 
 from support.experiments import fake_experiment, write_experiment
 
@@ -184,6 +185,15 @@ def test_compare_names_the_seeds_it_pairs_and_those_left_out(repo: Path, tmp_pat
     assert lines[-1] == "Left out, having no pair: HEAD~1's seed(s) 1; HEAD's seed(s) 3."
 
 
+def test_the_git_remote_named_is_the_only_one_else_a_placeholder(tmp_path: Path) -> None:
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    assert git_remote(tmp_path) == "<git remote>"
+    git(tmp_path, "remote", "add", "upstream", "/nowhere")
+    assert git_remote(tmp_path) == "upstream"
+    git(tmp_path, "remote", "add", "origin", "/nowhere")
+    assert git_remote(tmp_path) == "<git remote>"
+
+
 @pytest.mark.parametrize("remote", [None, "store"])
 def test_compare_says_which_dvc_command_gets_missing_predictions(
     repo: Path, tmp_path: Path, remote: str | None
@@ -204,7 +214,8 @@ def test_compare_says_which_dvc_command_gets_missing_predictions(
         "or run that revision's pipeline again (`git checkout HEAD && dvc repro`)"
     )
     if remote:
-        assert "`git checkout HEAD && dvc pull`" in error and "`dvc exp pull store HEAD`" in error
+        assert "`git checkout HEAD && dvc pull`" in error
+        assert "`dvc exp pull origin HEAD -r store`" in error  # git remote, then DVC remote
     else:
         assert "dvc pull" not in error and "no DVC remote is configured here" in error
 

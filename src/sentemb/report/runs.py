@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import json
 import shlex
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,6 +81,13 @@ def folder_reader(root: Path) -> Reader:
     return read
 
 
+def git_remote(repo: Path) -> str:
+    """The Git remote `dvc exp pull` fetches experiments from: the only one, or `<git remote>`."""
+    listed = subprocess.run(["git", "remote"], cwd=repo, capture_output=True, text=True)
+    names = listed.stdout.split() if listed.returncode == 0 else []
+    return shlex.quote(names[0]) if len(names) == 1 else "<git remote>"
+
+
 def revision_reader(revision: str, repo: Path = Path(), label: str | None = None) -> Reader:
     """The files of `revision` (a commit, branch or DVC experiment's commit; `label`: how the
     user named it) of the repository at `repo`: committed files from git, DVC outputs from its
@@ -96,7 +104,8 @@ def revision_reader(revision: str, repo: Path = Path(), label: str | None = None
     if remote:
         get = (
             f"get it from remote {remote!r}: a branch or commit: `git checkout {quoted} && dvc "
-            f"pull`; an experiment: `dvc exp pull {shlex.quote(remote)} {quoted}`"
+            f"pull`; an experiment: `dvc exp pull {git_remote(repo)} {quoted} -r "
+            f"{shlex.quote(remote)}`"
         )
     else:
         get = "no DVC remote is configured here: add the one that holds it (`dvc remote add -d`)"
