@@ -67,6 +67,13 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
 
 
+def precision_used(precision: str, device: torch.device) -> str:
+    """What `precision` runs as on `device`: `fp32`, `bf16` or `fp16` (`auto` resolved)."""
+    return {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[
+        autocast_dtype(precision, device)
+    ]
+
+
 def autocast(precision: str, device: torch.device) -> torch.autocast:
     """The autocast context of `precision` on `device` (disabled for fp32)."""
     dtype = autocast_dtype(precision, device)

@@ -4,10 +4,15 @@ the paired rows with their verdict."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
-from sentemb.report.markdown import markdown, paired_table, spread, suite_table
+from sentemb import encoder
+from sentemb.config import load_params
+from sentemb.report.markdown import markdown, paired_table, protocol, spread, suite_table
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_cells() -> None:
@@ -82,3 +87,39 @@ def test_a_name_with_a_bar_or_line_break_keeps_the_table_s_columns(name: str) ->
     lines = markdown(["row", name, "b"], [[name, "1.0", "2.0"]]).splitlines()
     assert len(lines) == 3
     assert all(len(re.split(r"(?<!\\)\|", line)) == 3 + 2 for line in lines), lines
+
+
+@pytest.mark.parametrize(
+    ("native", "trained_in", "encoding", "said", "bf16_in"),
+    [
+        (False, "fp32", "auto", "training auto (fp32), encoding auto (fp32)", None),
+        (
+            True,
+            "bf16",
+            "auto",
+            "training auto (bf16), encoding auto (bf16)",
+            "training and encoding",
+        ),
+        (True, "fp16", "auto", "training auto (fp16), encoding auto (bf16)", "encoding"),
+        (True, "bf16", "fp32", "training auto (bf16), encoding fp32 (fp32)", "training"),
+    ],
+)
+def test_the_protocol_says_the_precision_each_part_ran_in(
+    monkeypatch: pytest.MonkeyPatch,
+    native: bool,
+    trained_in: str,
+    encoding: str,
+    said: str,
+    bf16_in: str | None,
+) -> None:
+    """`auto` is bf16 or fp32 by the CPU (fp16 on a GPU without bf16): the report says what
+    training ran in (its train.json) and what encoding runs in here, and calls bf16 a
+    deviation only where it ran."""
+    monkeypatch.setattr(encoder, "native_bf16", lambda: native)
+    params = load_params(ROOT / "params.yaml")
+    params["model"]["precision"] = encoding
+    choices, deviations = protocol(params, 11_915, "corpus", trained_in)
+    assert choices["precision"] == said
+    found = [d for d in deviations if "bf16" in d]
+    deviation = f"bf16 autocast in {bf16_in}; the papers use fp32/fp16"
+    assert found == ([] if bf16_in is None else [deviation])

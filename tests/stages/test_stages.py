@@ -7,10 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import yaml
 
 from sentemb import tracking
 from sentemb.config import read_yaml
+from sentemb.encoder import precision_used
 from sentemb.evaluation.base import spearman
 from sentemb.registry import REFINEMENTS, SUITES
 
@@ -91,6 +93,8 @@ def test_train_stage_end_to_end(
     assert (work / "plots/train_curves.png").read_bytes()[:4] == b"\x89PNG"
     assert (work / "model" / "model.safetensors").is_file()
     assert metrics["seconds"] > 0  # the stage's wall time
+    precision = read_yaml(params)["train"].get("precision", "auto")  # `auto` resolved here
+    assert metrics["autocast"] == precision_used(precision, torch.device("cpu"))
     assert "step 4/4: loss " in result.stderr  # no terminal: the bar's news as log lines
     assert "base_model: " in (work / "model" / "README.md").read_text()  # its model card
     artifacts = Path(stage_env["MLFLOW_TRACKING_URI"].removeprefix("sqlite:///")).parent
@@ -300,7 +304,9 @@ def fake_run(root: Path, name: str, noise: float, rng: np.random.Generator, anal
         root / "metrics/runs" / name / "transfer.json", {"MR": 70.0 + noise, "avg": 70.0}
     )
     write_json_file(root / "metrics/runs" / name / "retrieval.json", {"avg": 50.0})
-    write_json_file(root / "metrics/runs" / name / "train.json", {"sentences": 500})
+    write_json_file(
+        root / "metrics/runs" / name / "train.json", {"sentences": 500, "autocast": "fp32"}
+    )
     write_json_file(root / "metrics/runs" / name / "refine.json", {"fit_on": "eval"})
     write_json_file(root / "metrics/runs" / name / "analysis.json", analysis)
     for kind in ("loss", "dev"):

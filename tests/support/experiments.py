@@ -45,7 +45,7 @@ def fake_experiment(method: str, seeds: list[int], noise: int, sizes: int = 0) -
             }
             run[suite]["avg"] = float(np.mean(list(run[suite].values())))
         run["sts"]["repal"] = {"avg": run["sts"]["avg"] + seed % 2}
-        run["train"] = {"sentences": 100, "seconds": 1.0}
+        run["train"] = {"sentences": 100, "autocast": "bf16", "seconds": 1.0}
         run["refine"] = {"fit_on": "corpus"}
         run["analysis"] = {
             "alignment": 0.1 * noise,

@@ -27,14 +27,21 @@ PAPER_BACKBONES = ("bert-base", "bert-large", "roberta-base", "roberta-large")
 
 
 def protocol(
-    params: dict[str, Any], sentences: int, fit_on: str
+    params: dict[str, Any], sentences: int, fit_on: str, trained_in: str
 ) -> tuple[dict[str, str], list[str]]:
     """The protocol choices in force and the deviations from the papers they amount to;
     `sentences` is the training corpus size the runs saw, `fit_on` what their refinements were
-    fitted on (their refine.json)."""
+    fitted on (their refine.json), `trained_in` the autocast their training ran in (their
+    train.json: `auto` resolved where it ran). Encoding runs on the CPU: its `auto` is resolved
+    here, on the host that runs the pipeline's last stage."""
+    import torch  # not at import: `compare` and the leaderboard print reports without it
+
+    from sentemb.encoder import precision_used
+
     model = section(params, "model", ModelConfig)
     train = section(params, "train", TrainConfig)
     chinese = section(params, "eval.chinese", ChineseConfig).model or model.name_or_path
+    encoded_in = precision_used(model.precision, torch.device("cpu"))  # stage evaluate's device
     head = " + MLP head" if train.mlp_head else ""
     length = f"{train.max_steps} steps" if train.max_steps else f"{train.epochs} epoch(s)"
     choices = {
@@ -47,7 +54,8 @@ def protocol(
         "selection": f"{train.selection} dev Spearman every {train.eval_steps} steps, best kept",
         "training": f"{sentences:,} sentences ({train.corpus}), batch {train.batch_size},"
         f" lr {train.learning_rate:g}, {length}",
-        "precision": f"training {train.precision}, encoding {model.precision} (auto: bf16)",
+        "precision": f"training {train.precision} ({trained_in}), encoding {model.precision}"
+        f" ({encoded_in})",
         "Chinese model": chinese,
         "refinements fitted on": fit_on,
     }
@@ -62,8 +70,10 @@ def protocol(
         deviations.append(f"{sentences:,} training sentences; the papers use 1M")
     if chinese == model.name_or_path:
         deviations.append("Chinese sets scored with the English model; papers use a Chinese BERT")
-    if "fp32" not in (model.precision, train.precision):
-        deviations.append("bf16 autocast in training and encoding; the papers use fp32/fp16")
+    used = {"training": trained_in, "encoding": encoded_in}
+    bf16 = [name for name, dtype in used.items() if dtype == "bf16"]
+    if bf16:
+        deviations.append(f"bf16 autocast in {' and '.join(bf16)}; the papers use fp32/fp16")
     if fit_on == "corpus":
         deviations.append("RepAL's v̂ and whitening fitted on the training corpus, not the test set")
     return choices, deviations

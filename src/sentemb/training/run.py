@@ -20,7 +20,7 @@ import numpy as np
 from sentemb.config import SEEDS, ConfigError, parse_spec, run_plan, section
 from sentemb.data.readers import DataFormatError, read_stsb, training_corpus
 from sentemb.data.sources import DATASETS
-from sentemb.encoder import Encoder, model_identity
+from sentemb.encoder import Encoder, model_identity, precision_used
 from sentemb.evaluation.base import distinct, probe, scoring
 from sentemb.evaluation.sts import STSConfig, STSEvaluator
 from sentemb.methods.base import CombinedMethod
@@ -31,7 +31,7 @@ from sentemb.pooling import check_pooler
 from sentemb.registry import METHODS
 from sentemb.training.checkpoint import files_hash, lines_hash, source_hash
 from sentemb.training.config import TrainConfig
-from sentemb.training.loop import Trainer, TrainResult
+from sentemb.training.loop import Trainer, TrainResult, pick_device
 from sentemb.training.modelcard import CardInfo, write_model_card
 
 SELECTION = {  # train.selection -> the dev sets averaged: (STS task, dataset, its file's name part)
@@ -125,6 +125,7 @@ class TrainingJob:
             "final_loss": result.loss_curve[-1]["loss"] if result.loss_curve else None,
             "sentences": len(self.sentences),
             "selection": self.config.selection,
+            "autocast": precision_used(self.config.precision, pick_device(self.config.device, 0)),
             "warnings": result.warnings,
         }
 
