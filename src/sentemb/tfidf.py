@@ -70,12 +70,13 @@ class TfidfEncoder:
 
     def _fit(self, sentences: Sequence[str]) -> sp.csr_matrix:
         """Fit the vocabulary and IDF on `sentences`, their rows returned; a `min_df` no word of
-        them reaches is an error naming it."""
+        them reaches is an error naming it, sentences without any word one saying so."""
         try:
             return self.vectorizer.fit_transform(sentences).tocsr()
         except ValueError as err:  # scikit-learn: no word left after min_df, or none at all
             min_df = self.vectorizer.min_df
-            if min_df > 1:
+            analyze = self.vectorizer.build_analyzer()
+            if min_df > 1 and any(analyze(sentence) for sentence in sentences):
                 raise ConfigError(
                     f"tfidf.min_df: {min_df} documents, and no word is in that many of the "
                     f"{len(sentences):,} sentences TF-IDF is fitted on ({err})"

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sentemb.config import ConfigError
+from sentemb.config import ConfigError, UserError
 from sentemb.data.sources import SENTEVAL_DIR
 from sentemb.evaluation.base import rowwise_cosine, spearman
 from sentemb.evaluation.chinese import ChineseConfig, ChineseEvaluator
@@ -133,3 +133,13 @@ def test_a_tfidf_min_df_no_word_reaches_is_one_error_naming_it(on_corpus: bool) 
             TfidfEncoder("en", config, sentences)
         else:
             TfidfEncoder("en", config).encode(sentences)
+
+
+@pytest.mark.parametrize("min_df", [1, 2])
+@pytest.mark.parametrize("sentences", [["", "!!", "?"], ["   "]])
+def test_sentences_without_a_word_are_said_to_be_so_whatever_the_min_df(
+    sentences: list[str], min_df: int
+) -> None:
+    """No `min_df` helps sentences with no word at all: the error says that, not `min_df`."""
+    with pytest.raises(UserError, match=rf"^TF-IDF: {len(sentences)} sentences without a word"):
+        TfidfEncoder("en", TfidfConfig(min_df=min_df), sentences)
