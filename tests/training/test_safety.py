@@ -413,3 +413,25 @@ def test_a_diverged_run_names_the_scales_of_its_methods(
     assert likely.startswith("train.learning_rate (3e-05) too high")
     assert all(f"{name}" in likely for name in named), likely
     assert ("iscse." in likely) == ("iscse" in spec) and ("dclr." in likely) == ("dclr" in spec)
+
+
+@pytest.mark.parametrize(
+    ("schedule", "named", "unnamed"),
+    [
+        ("constant", ["iscse.alpha (0.1)"], "iscse.alpha_start"),
+        ("cosine", ["iscse.alpha_start (0.005)", "iscse.alpha_end (0.05)"], "iscse.alpha ("),
+    ],
+)
+def test_a_diverged_iscse_run_names_the_alpha_its_schedule_uses(
+    tiny_model_dir: Path, tmp_path: Path, schedule: str, named: list[str], unnamed: str
+) -> None:
+    """eq. 8's cosine schedule scales L_smoothing by alpha_start..alpha_end, not `alpha`: the
+    error names the ones the run used."""
+    trainer = make_trainer(
+        tiny_model_dir,
+        "iscse",
+        tmp_path / "ck",
+        method_params={"iscse": {"alpha_schedule": schedule}},
+    )
+    likely = str(trainer.diverged(3, "the loss is nan")).split("; likely: ")[1]
+    assert all(name in likely for name in named) and unnamed not in likely, likely

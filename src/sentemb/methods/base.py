@@ -145,13 +145,15 @@ class Method(nn.Module):
 
     name: ClassVar[str]
     contrastive: ClassVar[bool] = True
-    # the params of its section whose extreme values can make the loss non-finite: named, with
-    # their values, when a run diverges
-    unstable_params: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: Any, encoder: Encoder) -> None:
         super().__init__()
         self.config = config
+
+    def unstable_params(self) -> tuple[str, ...]:
+        """The params of its section, as configured, whose extreme values can make the loss
+        non-finite: named, with their values, when a run diverges."""
+        return ()
 
     def check_corpus(self, sentences: Sequence[str]) -> None:
         """Refuse, before training, a corpus this part cannot train on (PaSeR: phrases of

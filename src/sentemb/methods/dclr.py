@@ -195,8 +195,6 @@ class DCLRConfig:
 class DCLR(Method):
     """Noise negatives plus complementary-model instance weights."""
 
-    unstable_params = ("noise_temperature", "sigma", "ascent_lr")
-
     def __init__(self, config: DCLRConfig, encoder: Encoder) -> None:
         super().__init__(config, encoder)
         param = "dclr.complementary_pooler"
@@ -216,6 +214,9 @@ class DCLR(Method):
         complementary.eval().requires_grad_(False)
         # A list hides it from `parameters()` and `state_dict()`: frozen, rebuilt on resume.
         self._complementary = [complementary]
+
+    def unstable_params(self) -> tuple[str, ...]:
+        return ("noise_temperature", "sigma", "ascent_lr")
 
     @torch.no_grad()
     def _complementary_similarities(self, views: Views) -> torch.Tensor:

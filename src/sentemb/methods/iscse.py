@@ -261,13 +261,16 @@ class ISCSEConfig:
 class ISCSE(Method):
     """Adds ``α L_smoothing`` once the buffer holds enough rows (k, or `clusters` for K-means)."""
 
-    unstable_params = ("beta", "alpha")
-
     def __init__(self, config: ISCSEConfig, encoder: Encoder) -> None:
         super().__init__(config, encoder)
         dim = encoder.backbone.config.hidden_size
         self.register_buffer("buffer", torch.zeros(config.buffer_size, dim))
         self.register_buffer("filled", torch.zeros((), dtype=torch.long))
+
+    def unstable_params(self) -> tuple[str, ...]:
+        """β and the scale of α L_smoothing this run uses: `alpha`, or eq. 8's two ends."""
+        cosine = self.config.alpha_schedule == "cosine"
+        return ("beta", *(("alpha_start", "alpha_end") if cosine else ("alpha",)))
 
     def contribute(self, objective: Objective, views: Views, state: TrainState) -> None:
         config, filled = self.config, int(self.filled)

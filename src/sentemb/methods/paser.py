@@ -224,7 +224,6 @@ class PaSeR(Method):
     """Phrase reconstruction (PaSeR eq. 2-4) with MLM; generative, so not contrastive."""
 
     contrastive = False
-    unstable_params = ("m", "n", "generative_weight", "mlm_weight")
 
     def __init__(self, config: PaSeRConfig, encoder: Encoder) -> None:
         super().__init__(config, encoder)
@@ -272,6 +271,9 @@ class PaSeR(Method):
             frozenset(nltk_stopwords(config.stopwords, "paser.stopwords")),
             frozenset({self.tokenizer.mask_token}),
         )
+
+    def unstable_params(self) -> tuple[str, ...]:
+        return ("m", "n", "generative_weight", "mlm_weight")
 
     @property
     def embeddings(self) -> nn.Embedding:

@@ -310,7 +310,7 @@ class Trainer:
         likely += [
             f"{name}.{key} ({getattr(part.config, key):g})"
             for name, part in self.method.parts.items()
-            for key in part.unstable_params
+            for key in part.unstable_params()
         ]
         if autocast_dtype(config.precision, self.device) is not None:
             likely.append(f"train.precision ({config.precision}; fp32 is safer)")
