@@ -98,7 +98,7 @@ def test_workers_are_at_most_the_cores(
         started.append(workers)
         return real(workers, **kwargs)
 
-    monkeypatch.setattr(phrases.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(phrases, "cpu_count", lambda: 2)
     monkeypatch.setattr(phrases, "ProcessPoolExecutor", pool)
     extract(lambda: iter(["a cat sat"]), 1, PhrasesConfig(workers=asked), tmp_path / "out")
     assert started and set(started) == {used}

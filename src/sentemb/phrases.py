@@ -18,7 +18,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import os
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -27,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from joblib import cpu_count
 from tqdm.auto import tqdm
 
 from sentemb.config import ConfigError, Count, NonNegativeInt
@@ -252,7 +252,7 @@ def extract(
     `corpus` is called once per pass (IDF, then extraction). Returns counts for the metrics.
     """
     nltk_stopwords(config.language)  # a missing list is one clear error here, not in a worker
-    cores = os.cpu_count() or 1
+    cores = cpu_count()  # the cores this process may use (affinity, quota), as joblib counts them
     workers = min(config.workers or cores, cores)  # more would only share the cores
     inflight = 2 * workers
     idf = None

@@ -271,7 +271,7 @@ def test_samples_take_senteval_order_by_length_then_label_stably() -> None:
 
 
 def test_fits_run_on_at_most_one_worker_per_core(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(transfer.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(transfer, "cpu_count", lambda: 2)
     assert [TransferConfig(n_jobs=n).jobs for n in (1, 2, 1000)] == [1, 2, 2]
 
 

@@ -55,7 +55,6 @@ the centring step keeps it).
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,7 +62,7 @@ from typing import Annotated, Literal, NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
-from joblib import Parallel, delayed
+from joblib import Parallel, cpu_count, delayed
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import f1_score
 from sklearn.model_selection import StratifiedKFold
@@ -118,8 +117,9 @@ class TransferConfig:
 
     @property
     def jobs(self) -> int:
-        """`n_jobs`, at most the cores: more fits at once would only share them."""
-        return min(self.n_jobs, os.cpu_count() or 1)
+        """`n_jobs`, at most the cores this process may use (its CPU affinity and quota, as
+        joblib counts them): more fits at once would only share them."""
+        return min(self.n_jobs, cpu_count())
 
     def validate(self) -> list[str]:
         problems = [
