@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
+import functools
 import io
 import re
 import runpy
@@ -21,6 +23,7 @@ from hypothesis import strategies as st
 
 from sentemb import cli
 from sentemb.cli import Parser
+from sentemb.config import load_params
 
 from support import REPO
 from support.stages import run_stage
@@ -260,6 +263,10 @@ def raise_cublas_error() -> None:
     raise RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`")
 
 
+def raise_enomem() -> None:
+    raise OSError(errno.ENOMEM, "Cannot allocate memory")
+
+
 def raise_a_bug() -> None:
     raise RuntimeError("a bug")
 
@@ -273,8 +280,9 @@ def raise_a_bug() -> None:
         raise_cuda_oom,
         raise_cuda_error,
         raise_cublas_error,
+        raise_enomem,
     ],
-    ids=["torch-cpu", "numpy", "torch-cuda", "cuda-error", "cublas"],
+    ids=["torch-cpu", "numpy", "torch-cuda", "cuda-error", "cublas", "enomem"],
 )
 def test_an_allocation_larger_than_the_machine_is_one_error_naming_the_size_params(
     allocate: Callable[[], object], capsys: pytest.CaptureFixture[str]
@@ -287,6 +295,14 @@ def test_an_allocation_larger_than_the_machine_is_one_error_naming_the_size_para
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: out of memory ("), lines
     assert cli.SIZES in lines[0]
+
+
+def test_the_size_params_named_are_params() -> None:
+    """Each name in the out-of-memory error is a key of params.yaml (a rename would leave it)."""
+    params = load_params(REPO / "params.yaml")
+    for name in cli.SIZES.split(", "):
+        *sections, key = name.split(".")
+        assert key in functools.reduce(dict.__getitem__, sections, params), name
 
 
 def test_any_other_runtime_error_is_a_traceback() -> None:

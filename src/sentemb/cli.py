@@ -12,6 +12,7 @@ options.
 from __future__ import annotations
 
 import argparse
+import errno
 import itertools
 import logging
 import math
@@ -43,11 +44,12 @@ ALLOCATION_FAILED = ("can't allocate memory", "out of memory", "ALLOC_FAILED")
 
 
 def out_of_memory(err: BaseException) -> bool:
-    """A failed allocation: Python's or NumPy's `MemoryError`, torch's on a CPU
-    (`DefaultCPUAllocator: can't allocate memory`) or a GPU (`OutOfMemoryError`, `CUDA error:
-    out of memory`, `CUBLAS_STATUS_ALLOC_FAILED`)."""
+    """A failed allocation: Python's or NumPy's `MemoryError`, the kernel's ENOMEM (a fork or a
+    map it refuses), torch's on a CPU (`DefaultCPUAllocator: can't allocate memory`) or a GPU
+    (`OutOfMemoryError`, `CUDA error: out of memory`, `CUBLAS_STATUS_ALLOC_FAILED`)."""
     return (
         isinstance(err, MemoryError)
+        or (isinstance(err, OSError) and err.errno == errno.ENOMEM)
         or type(err).__name__ == "OutOfMemoryError"
         or (isinstance(err, RuntimeError) and any(m in str(err) for m in ALLOCATION_FAILED))
     )
@@ -61,18 +63,18 @@ def run_stage(main: Callable[[], None]) -> None:
     try:
         with stage_clock():
             main()
-    except (UserError, OSError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(1)
-    except (MemoryError, RuntimeError) as err:
-        if not out_of_memory(err):
+    except (UserError, OSError, MemoryError, RuntimeError) as err:
+        if out_of_memory(err):
+            said = " ".join(str(err).split())[:300]
+            print(
+                f"error: out of memory ({type(err).__name__}: {said}): where a size param asks "
+                f"for more than this machine holds, lower it in params.yaml ({SIZES})",
+                file=sys.stderr,
+            )
+        elif isinstance(err, (UserError, OSError)):
+            print(f"error: {err}", file=sys.stderr)
+        else:
             raise
-        said = " ".join(str(err).split())[:300]
-        print(
-            f"error: out of memory ({type(err).__name__}: {said}): where a size param asks for "
-            f"more than this machine holds, lower it in params.yaml ({SIZES})",
-            file=sys.stderr,
-        )
         sys.exit(1)
 
 

@@ -80,8 +80,9 @@ class Range:
 
 
 # An integer param without an upper bound of its own stops here: a count past it is a typo
-# (NumPy, torch and joblib take C ints; 10**20 overflows them with a traceback).
-LARGEST = Range(high=2**31 - 1, why="the largest count torch, NumPy and joblib take")
+# (torch and joblib take some counts as C ints; 10**20 overflows them, or NumPy's int64, with a
+# traceback deep in a stage).
+LARGEST = Range(high=2**31 - 1, why="the largest C int, which torch and joblib take some counts as")
 # The ranges most params share; a param with another writes `Annotated[int, Range(...)]`.
 Count = Annotated[int, Range(1)]  # a number of things, steps or sentences: at least 1
 NonNegativeInt = Annotated[int, Range(0)]
