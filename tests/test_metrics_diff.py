@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -94,6 +95,14 @@ def test_table_is_dvcs_with_a_note_column() -> None:
         " (`compare.noise`): noise"
     )
     assert table([], 0.01, "HEAD", "workspace") == "no metric changed"
+
+
+def test_a_pipe_in_a_path_or_metric_keeps_the_columns() -> None:
+    """A metrics file or key of the user's may hold `|`: escaped, the row keeps its 6 cells."""
+    diff = {"metrics/a|b.json": {"x|y": {"old": 1.0, "new": 2.0, "diff": 1.0}}}
+    row = table(changes(diff, "HEAD", "workspace"), 0.01, "HEAD", "workspace").splitlines()[2]
+    assert row == "| metrics/a\\|b.json | x\\|y | 1.0 | 2.0 | +1.0 |  |"
+    assert len(re.split(r"(?<!\\)\|", row)) == 8
 
 
 def metrics_diff(repo: Path, *args: str) -> subprocess.CompletedProcess:

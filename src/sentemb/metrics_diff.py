@@ -126,7 +126,8 @@ def table(rows: list[Change], noise: float, old: str, new: str) -> str:
     ]
     labels = [label(row, noise) for row in rows]
     lines += [
-        f"| {r.path} | {r.metric} | {cell(r.old)} | {cell(r.new)} | {cell(r.difference, '+')}"
+        f"| {table_cell(r.path)} | {table_cell(r.metric)} | {cell(r.old)} | {cell(r.new)}"
+        f" | {cell(r.difference, '+')}"
         f" | {mark} |"
         for r, mark in zip(rows, labels, strict=True)
     ]

@@ -22,6 +22,7 @@ from sentemb.evaluation import transfer
 from sentemb.evaluation.base import embed
 from sentemb.evaluation.transfer import (
     TRANSFER_TASKS,
+    Classifier,
     NestedCVResult,
     TransferConfig,
     TransferEvaluator,
@@ -34,10 +35,16 @@ from sentemb.evaluation.transfer import (
     dev_select,
     logistic_regression,
     nested_cv,
-    regression,
 )
 
 FAST = {"kfold": 3, "inner_kfold": 2, "n_jobs": 1}
+
+
+def regression(model: Classifier) -> LogisticRegression:
+    """The logistic regression of `model` (its C, coef_ and intercept_), centred or not."""
+    return model[-1] if isinstance(model, Pipeline) else model
+
+
 ACCURACY_KEYS = set(TRANSFER_TASKS)
 ALL_KEYS = ACCURACY_KEYS | {f"{t}/dev" for t in TRANSFER_TASKS} | {"MRPC/f1", "avg"}
 

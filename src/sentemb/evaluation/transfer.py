@@ -166,11 +166,6 @@ def logistic_regression(
     return model
 
 
-def regression(model: Classifier) -> LogisticRegression:
-    """The logistic regression of `model` (its C, coef_ and intercept_)."""
-    return model[-1] if isinstance(model, Pipeline) else model
-
-
 def _folds(k: int, config: TransferConfig) -> StratifiedKFold:
     return StratifiedKFold(n_splits=k, shuffle=True, random_state=config.seed)
 
