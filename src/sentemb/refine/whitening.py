@@ -62,16 +62,15 @@ class Whitening:
                 "(and more varied) sentences (refine.fit_on)"
             )
         wanted = dim or x.shape[1]
-        if rank < wanted:
+        if len(x) - 1 < wanted:  # too few to span them; a model's own flat directions are not
             log.warning(
-                "refine.whitening: the %d fitting vectors span %d of %d dimensions, so the kernel "
-                "keeps %d (%s); fit it on more sentences (refine.fit_on, refine.corpus_size, "
-                "refine.valid_pairs)",
+                "refine.whitening: %d fitting vectors span at most %d of the %d dimensions asked "
+                "for, so the kernel keeps %d; fit it on more sentences (refine.fit_on, "
+                "refine.corpus_size, refine.valid_pairs)",
                 len(x),
-                rank,
-                x.shape[1],
-                rank,
-                f"refine.whitening.dim: {dim}" if dim else "all were asked for",
+                len(x) - 1,
+                wanted,
+                min(rank, wanted),
             )
         kernel = u[:, :rank] / np.sqrt(s[:rank])
         return cls(kernel[:, :dim], mu)
