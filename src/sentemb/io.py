@@ -35,7 +35,7 @@ class OutputError(OSError):
 
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 PARTIAL = ".partial-"
-PARTIAL_MARKER = ".sentemb-partial"  # in every temporary made here: no other folder is removed
+PARTIAL_MARKER = ".sentemb-partial"  # in each temporary made here; others are removed only empty
 MARKER = ".sentemb-output"
 UNTOUCHED = "; it is untouched: move it away or choose another output path"
 MARKER_HEADER = "# written by sentemb; a later run may replace this folder while it holds only:"
