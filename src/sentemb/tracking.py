@@ -341,7 +341,7 @@ _clock: dict[str, float] = {}  # the stage's start, while `stage_clock` runs
 
 
 def time_left(seconds: float) -> str:
-    """Seconds left as people read them: `~40 s left`, `~14 min left`, `~1,500,000 h left`."""
+    """An estimate of time left as people read it: `~40 s`, `~14 min`, `~3 h`, `~1,500,000 h`."""
     if seconds < 60:
         return f"~{round(seconds)} s left"
     if seconds < 2 * 3600:
