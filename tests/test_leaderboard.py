@@ -509,3 +509,14 @@ def test_a_branch_named_workspace_is_reached_as_heads_workspace(
     git(clone, "branch", "feature/workspace", branch)  # not named workspace
     assert review.commits(("HEAD", "workspace"), clone) == [head, None]
     assert not caplog.text
+
+
+@pytest.mark.parametrize(
+    ("autocasts", "shown"), [(["fp32", "fp32"], "fp32"), (["fp32", "bf16"], "bf16/fp32")]
+)
+def test_a_row_says_the_precision_its_seeds_trained_in(autocasts: list[str], shown: str) -> None:
+    """`auto` resolves per CPU, so a row names what its train.json files recorded."""
+    experiment = fake_experiment("simcse", [1, 2], 1)
+    for files, autocast in zip(experiment.files, autocasts, strict=True):
+        files["train"]["autocast"] = autocast
+    assert leaderboard_module.trained_on(experiment) == f"wiki, 100 sentences, {shown}"

@@ -4,18 +4,18 @@
     dvc queue start -j 1                  # 18 chains on a CPU: may be run in parts
     python -m sentemb.leaderboard         # merges every experiment run at today's stage code
 
-A row is one experiment: its method (plain, + RepAL, + whitening), the mean ± std over its seeds
-of each suite's average, its paired tests against the SimCSE row (`sentemb.report.compare`), the
-commit it ran at, the params that differ from this revision's and the corpus it trained on; then
-the reference rows (the untrained model, TF-IDF) of this revision. Rows are merged from HEAD
-(its committed run), every DVC experiment of any commit and the rows the leaderboard already
-lists. Every row comes from the same stage code as this revision (the code files its dvc.lock
-records for train, refine, evaluate and analyze): a row of other code is left out and named with
-the command that reruns it, until a row of its method replaces it. A listed row whose commit git
-no longer has (an experiment of another clone) keeps its recorded numbers while the stage code
-and what its paired tests rest on (SimCSE's evaluate outputs on its seeds, the `compare` params)
-are today's; else it is left out too. Of two rows of one method and params, the later run is
-kept, and a run git has replaces a kept one.
+A row is one experiment: its method (plain, + RepAL, + whitening), the mean ± std over its seeds of
+each suite's average, its paired tests against the SimCSE row (`sentemb.report.compare`), the
+commit it ran at, the params that differ from this revision's, the corpus it trained on and the
+autocast its seeds trained under; then the reference rows (the untrained model, TF-IDF) of this
+revision. Rows are merged from HEAD (its committed run), every DVC experiment of any commit and the
+rows the leaderboard already lists. Every row comes from the same stage code as this revision (the
+code files its dvc.lock records for train, refine, evaluate and analyze): a row of other code is
+left out and named with the command that reruns it, until a row of its method replaces it. A listed
+row whose commit git no longer has (an experiment of another clone) keeps its recorded numbers
+while the stage code and what its paired tests rest on (SimCSE's evaluate outputs on its seeds, the
+`compare` params) are today's; else it is left out too. Of two rows of one method and params, the
+later run is kept, and a run git has replaces a kept one.
 """
 
 from __future__ import annotations
@@ -199,9 +199,11 @@ def scores(experiment: Experiment) -> dict[str, dict[str, float]]:
 
 
 def trained_on(experiment: Experiment) -> str:
-    """The corpus the run trained on: `wiki, 11,915 sentences`."""
+    """The corpus the run trained on and the autocast its seeds trained under, as train.json
+    records it (another CPU may resolve `auto` to another one): `wiki, 11,915 sentences, fp32`."""
     corpus = section(experiment.params, "train", TrainConfig).corpus
-    return f"{corpus}, {experiment.files[0]['train']['sentences']:,} sentences"
+    precisions = "/".join(sorted({str(f["train"]["autocast"]) for f in experiment.files}))
+    return f"{corpus}, {experiment.files[0]['train']['sentences']:,} sentences, {precisions}"
 
 
 def listed(out: Path) -> dict[str, Any]:
