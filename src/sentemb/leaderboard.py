@@ -202,8 +202,8 @@ def trained_on(experiment: Experiment) -> str:
     """The corpus the run trained on and the autocast its seeds trained under, as train.json
     records it (another CPU may resolve `auto` to another one): `wiki, 11,915 sentences, fp32`."""
     corpus = section(experiment.params, "train", TrainConfig).corpus
-    precisions = "/".join(sorted({str(f["train"]["autocast"]) for f in experiment.files}))
-    return f"{corpus}, {experiment.files[0]['train']['sentences']:,} sentences, {precisions}"
+    sentences = experiment.files[0]["train"]["sentences"]
+    return f"{corpus}, {sentences:,} sentences, {experiment.autocast}"
 
 
 def listed(out: Path) -> dict[str, Any]:

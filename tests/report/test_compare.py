@@ -199,6 +199,22 @@ def test_summary_aggregates_the_seeds_and_plots_in_memory(tmp_path: Path) -> Non
     assert all(r["key"] != "seconds" for r in records)
 
 
+@pytest.mark.parametrize(
+    ("autocasts", "said"), [(["fp32", "fp32"], "fp32"), (["fp32", "bf16"], "bf16/fp32")]
+)
+def test_the_report_names_the_autocast_of_every_seed(
+    tmp_path: Path, autocasts: list[str], said: str
+) -> None:
+    """Seeds run on other CPUs may resolve `auto` differently: the report reads every seed's
+    train.json, not the first one's."""
+    experiment = fake_experiment("simcse", [1, 2], 1)
+    for files, autocast in zip(experiment.files, autocasts, strict=True):
+        files["train"]["autocast"] = autocast
+    text = summarize(experiment, tmp_path).text
+    assert f"training {experiment.params['train']['precision']} ({said})" in text
+    assert ("bf16 autocast in training" in text) == ("bf16" in said)
+
+
 def test_headline_of_a_full_run_keeps_a_diff_short() -> None:
     """On a method switch every trained number changes: with every task scored offline, the
     headline holds 84 of them (`dvc metrics diff` rows)."""

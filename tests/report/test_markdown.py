@@ -102,6 +102,7 @@ def test_a_name_with_a_bar_or_line_break_keeps_the_table_s_columns(name: str) ->
         ),
         (True, "fp16", "auto", "training auto (fp16), encoding auto (bf16)", "encoding"),
         (True, "bf16", "fp32", "training auto (bf16), encoding fp32 (fp32)", "training"),
+        (False, "bf16/fp32", "auto", "training auto (bf16/fp32), encoding auto (fp32)", "training"),
     ],
 )
 def test_the_protocol_says_the_precision_each_part_ran_in(

@@ -32,8 +32,8 @@ def protocol(
     """The protocol choices in force and the deviations from the papers they amount to;
     `sentences` is the training corpus size the runs saw, `fit_on` what their refinements were
     fitted on (their refine.json), `trained_in` the autocast their training ran in (their
-    train.json: `auto` resolved where it ran). Encoding runs on the CPU: its `auto` is resolved
-    here, on the host that runs the pipeline's last stage."""
+    train.json: `auto` resolved where it ran; `bf16/fp32` where seeds differ). Encoding runs on
+    the CPU: its `auto` is resolved here, on the host that runs the pipeline's last stage."""
     import torch  # not at import: `compare` and the leaderboard print reports without it
 
     from sentemb.encoder import precision_used
@@ -71,7 +71,7 @@ def protocol(
     if chinese == model.name_or_path:
         deviations.append("Chinese sets scored with the English model; papers use a Chinese BERT")
     used = {"training": trained_in, "encoding": encoded_in}
-    bf16 = [name for name, dtype in used.items() if dtype == "bf16"]
+    bf16 = [name for name, dtype in used.items() if "bf16" in dtype.split("/")]
     if bf16:
         deviations.append(f"bf16 autocast in {' and '.join(bf16)}; the papers use fp32/fp16")
     if fit_on == "corpus":

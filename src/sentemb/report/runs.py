@@ -56,6 +56,12 @@ class Experiment:
     singles: dict[str, dict[str, Any]]
     before: dict[str, Any]
 
+    @property
+    def autocast(self) -> str:
+        """The autocast the seeds trained under, as their train.json files record it: `fp32`,
+        or `bf16/fp32` where seeds ran on CPUs that resolve `auto` differently."""
+        return "/".join(sorted({str(f["train"]["autocast"]) for f in self.files}))
+
     def scores(self, row: str) -> dict[str, list[float]] | None:
         """Per column of `row` (`sts`, `sts/repal`, ...), the score of each seed; None when a
         seed lacks the row."""

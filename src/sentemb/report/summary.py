@@ -147,9 +147,11 @@ def summarize(experiment: Experiment, out: Path) -> Summary:
     analysis = {method: {k: mean_std([f["analysis"][k] for f in files]) for k in GEOMETRY}}
     untrained = {BEFORE: {k: mean_std([experiment.before[k]]) for k in GEOMETRY}}
     write_plots(experiment, untrained | analysis, aggregated["sts"]["avg"]["mean"], config, out)
-    train = files[0]["train"]
     choices, deviations = protocol(
-        experiment.params, train["sentences"], files[0]["refine"]["fit_on"], train["autocast"]
+        experiment.params,
+        files[0]["train"]["sentences"],
+        files[0]["refine"]["fit_on"],
+        experiment.autocast,
     )
     text = summary(
         {method: aggregated},
