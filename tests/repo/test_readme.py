@@ -226,13 +226,14 @@ def test_benchmarks_budget_is_the_committed_metrics() -> None:
     assert expected in readme, f"benchmarks/README.md lacks the current budget:\n{expected}"
 
 
-def test_benchmarks_floor_is_its_json(monkeypatch: pytest.MonkeyPatch) -> None:
-    """benchmarks/README.md's compute floor is `benchmarks/floor.py`'s table on its JSON."""
+@pytest.mark.parametrize("floor", ["floor.json", "floor_avx2.json"])
+def test_benchmarks_floor_is_its_json(floor: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """benchmarks/README.md's compute floors are `benchmarks/floor.py`'s tables on their JSONs."""
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # it imports train_step beside it
     script = runpy.run_path(str(REPO / "benchmarks" / "floor.py"))
     result, compute = (
         json.loads((REPO / "benchmarks" / name).read_text(encoding="utf-8"))
-        for name in ("floor.json", "eval_compute.json")
+        for name in (floor, "eval_compute.json")
     )
     expected = script["table"](result, compute)
     readme = (REPO / "benchmarks" / "README.md").read_text(encoding="utf-8")
