@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -290,3 +291,20 @@ def test_experiments_are_tested_on_their_shared_seeds_and_pairs() -> None:
     other = fake_experiment("sscl", [2, 3], 2, sizes=10)
     with pytest.raises(ConfigError, match=r"b: its sts test pairs differ from a's"):
         compare({"a": baseline, "b": other}, "a", config)
+
+
+@pytest.mark.parametrize("order", list(itertools.permutations([1, 2, 3]))[1:])
+def test_seeds_pair_by_value_whatever_order_each_side_lists(order: tuple[int, ...]) -> None:
+    """A side whose params list its seeds in another order gives the same tests, and the same
+    run against itself reordered differs by nothing (once paired by position: p < 1, CI ≠ 0)."""
+    config = CompareConfig(resamples=50)
+    baseline = fake_experiment("simcse", [1, 2, 3], 1)
+    expected = compare({"a": baseline, "b": fake_experiment("sscl", [1, 2, 3], 3)}, "a", config)
+    reordered = fake_experiment("sscl", list(order), 3)
+    assert compare({"a": baseline, "b": reordered}, "a", config) == expected
+    assert compare({"b": reordered, "a": baseline}, "a", config) == expected
+    itself = compare({"a": baseline, "b": fake_experiment("simcse", list(order), 1)}, "a", config)
+    for columns in itself["b"].values():
+        for result in columns.values():
+            assert result["difference"] == 0 and result["p_seeds"] is None
+            assert result["low"] in (None, 0) and result["high"] in (None, 0)

@@ -31,8 +31,9 @@ Result = dict[str, float | bool | None]
 
 
 def on_seeds(experiment: Experiment, seeds: list[int]) -> Experiment:
-    """`experiment` restricted to `seeds` (a subset of its own, in its order)."""
-    keep = [i for i, seed in enumerate(experiment.seeds) if seed in seeds]
+    """`experiment` restricted to `seeds` (a subset of its own), in the order of `seeds`: every
+    experiment restricted to one list pairs seed with seed, whatever order its params list."""
+    keep = [experiment.seeds.index(seed) for seed in seeds]
     return replace(
         experiment,
         seeds=[experiment.seeds[i] for i in keep],
@@ -42,9 +43,9 @@ def on_seeds(experiment: Experiment, seeds: list[int]) -> Experiment:
 
 
 def shared_seeds(experiments: dict[str, Experiment]) -> dict[str, Experiment]:
-    """Every experiment on the seeds they all have; none in common is an error."""
-    first = next(iter(experiments.values()))
-    common = [s for s in first.seeds if all(s in e.seeds for e in experiments.values())]
+    """Every experiment on the seeds they all have, in ascending order (the tests' sums do not
+    depend on which side lists its seeds first); none in common is an error."""
+    common = sorted(set.intersection(*(set(e.seeds) for e in experiments.values())))
     if not common:
         seeds = {label: e.seeds for label, e in experiments.items()}
         raise ConfigError(f"seeds: the experiments share no seed, so none pairs: {seeds}")
