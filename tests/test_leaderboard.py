@@ -195,27 +195,40 @@ def test_the_git_remote_named_is_the_only_one_else_a_placeholder(tmp_path: Path)
 
 
 @pytest.mark.parametrize("remote", [None, "store"])
+@pytest.mark.parametrize("kind", ["revision", "experiment"])
 def test_compare_says_which_dvc_command_gets_missing_predictions(
-    repo: Path, tmp_path: Path, remote: str | None
+    repo: Path, tmp_path: Path, remote: str | None, kind: str
 ) -> None:
-    """With a default remote: the pull commands, the names quoted for a shell; without one
-    (a fresh clone here), no `dvc pull` that could only fail: add the remote, or rerun."""
-    clone = tmp_path / "clone"
-    subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True)
+    """With a default remote: the pull command for that kind of name, quoted for a shell;
+    without one (a fresh clone here), no `dvc pull` that could only fail: add the remote, or
+    rerun (a revision's pipeline, or the experiment as a new one: `git checkout` of an
+    experiment's name fails)."""
+    clone = clone_of(repo, tmp_path / "clone")
     if remote:
         dvc = [sys.executable, "-m", "dvc", "remote", "add", "--local", "-d", remote]
         subprocess.run([*dvc, str(tmp_path / "store")], cwd=clone, check=True)
     git(clone, "rm", "-rq", "predictions")
     git(clone, "commit", "-qm", "predictions as DVC outputs no cache holds")
-    done = python(clone, "sentemb.compare", "HEAD~1", "HEAD")
+    name = {"revision": "HEAD", "experiment": "gone-exp"}[kind]
+    if kind == "experiment":
+        experiment_ref(
+            clone, git(clone, "rev-parse", "HEAD~1"), git(clone, "rev-parse", "HEAD"), name
+        )
+        git(clone, "reset", "-q", "--hard", "HEAD~1")
+    done = python(clone, "sentemb.compare", "HEAD~1" if kind == "revision" else "HEAD", name)
     error = done.stderr.strip().splitlines()[-1]
-    assert error.startswith("error: HEAD:predictions/1/sts.npz: not in git, the DVC cache")
-    assert error.endswith(
-        "or run that revision's pipeline again (`git checkout HEAD && dvc repro`)"
-    )
+    assert error.startswith(f"error: {name}:predictions/1/sts.npz: not in git, the DVC cache")
+    again = {
+        "revision": f"run that revision's pipeline again (`git checkout {name} && dvc repro`)",
+        "experiment": f"run it again as a new experiment (`dvc exp apply {name} && dvc exp run`)",
+    }[kind]
+    assert error.endswith(f"or {again}")
+    pull = {
+        "revision": f"`git checkout {name} && dvc pull`",
+        "experiment": f"`dvc exp pull origin {name} -r store`",  # git remote, then DVC remote
+    }[kind]
     if remote:
-        assert "`git checkout HEAD && dvc pull`" in error
-        assert "`dvc exp pull origin HEAD -r store`" in error  # git remote, then DVC remote
+        assert f"get it from remote 'store': {pull};" in error
     else:
         assert "dvc pull" not in error and "no DVC remote is configured here" in error
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -255,8 +256,92 @@ def test_load_names_the_first_missing_file(tmp_path: Path) -> None:
     (tmp_path / "predictions" / "1" / "sts.npz").unlink()
     with pytest.raises(MissingResults, match=r"predictions/1/sts\.npz: not found; `dvc repro`"):
         load(folder_reader(tmp_path))
+    lock = {"stages": {"evaluate@1": {"outs": [{"path": "predictions/1"}]}}}
+    (tmp_path / "dvc.lock").write_text(json.dumps(lock))  # what `dvc checkout` restores
+    with pytest.raises(MissingResults, match=r"sts\.npz: not found; dvc.lock records it: `dvc che"):
+        load(folder_reader(tmp_path))
     (tmp_path / "metrics" / "runs" / "1" / "sts.json").write_text('{"avg": 7')  # cut short
     with pytest.raises(UserError, match=r"runs/1/sts\.json: not valid JSON \(Expecting"):
+        load(folder_reader(tmp_path))
+
+
+def damage_scores(path: Path, value: object, refined: bool = False) -> None:
+    """Replace the `avg` of metrics file `path` (its RepAL row's with `refined`) by `value`."""
+    metrics = json.loads(path.read_text())
+    (metrics["repal"] if refined else metrics)["avg"] = value
+    path.write_text(json.dumps(metrics))
+
+
+@pytest.mark.parametrize("refined", [False, True])
+@pytest.mark.parametrize(
+    "value", [float("nan"), float("inf"), -500.0, 100.5, "x", None, True, [1.0], {"a": 1.0}]
+)
+@pytest.mark.parametrize("file", ["runs/2/sts.json", "reference/sts.json"])
+def test_a_score_that_is_no_score_x_100_is_named_with_its_file(
+    tmp_path: Path, file: str, value: object, refined: bool
+) -> None:
+    experiment = fake_experiment("simcse", [1, 2], 1)
+    experiment.singles["untrained"]["sts"]["repal"] = {"avg": 41.0}
+    write_experiment(tmp_path, experiment)
+    damage_scores(tmp_path / "metrics" / file, value, refined)
+    where = f"metrics/{file}: {'repal: ' if refined else ''}avg: "
+    with pytest.raises(UserError, match=re.escape(where) + r".* is not a score x 100"):
+        load(folder_reader(tmp_path))
+
+
+@pytest.mark.parametrize("content", ["[1, 2]", '"text"', "7", '{"avg": 1.0, "repal": [1]}'])
+def test_a_metrics_file_that_is_no_object_of_scores_is_named(tmp_path: Path, content: str) -> None:
+    write_experiment(tmp_path, fake_experiment("simcse", [1, 2], 1))
+    (tmp_path / "metrics" / "runs" / "2" / "chinese.json").write_text(content)
+    with pytest.raises(UserError, match=r"metrics/runs/2/chinese\.json: .*expected a JSON object"):
+        load(folder_reader(tmp_path))
+
+
+@pytest.mark.parametrize("refined", [False, True])
+def test_a_seed_scoring_other_columns_is_named_with_its_file(tmp_path: Path, refined: bool) -> None:
+    write_experiment(tmp_path, fake_experiment("simcse", [1, 2], 1))
+    path = tmp_path / "metrics" / "runs" / "2" / "sts.json"
+    metrics = json.loads(path.read_text())
+    (metrics["repal"] if refined else metrics).pop("avg")
+    path.write_text(json.dumps(metrics))
+    with pytest.raises(
+        UserError,
+        match=r"runs/2/sts\.json: .*seed 2 scores other columns than "
+        r"seed 1 \(missing: avg; extra: -\)",
+    ):
+        load(folder_reader(tmp_path))
+
+
+GOLD = "STSBenchmark/gold"
+DAMAGED_BYTES = {
+    "empty": lambda data: b"",
+    "text": lambda data: b"hello",
+    "truncated": lambda data: data[:200],
+}
+DAMAGED_ARRAYS = {
+    "no predicted": lambda arrays: {k: v for k, v in arrays.items() if k != "STS12/a/predicted"},
+    "shorter": lambda arrays: arrays | {GOLD: arrays[GOLD][:-1]},
+    "nan": lambda arrays: arrays | {GOLD: np.full(40, np.nan)},
+    "two-dimensional": lambda arrays: arrays | {GOLD: np.zeros((40, 1))},
+    "strings": lambda arrays: arrays | {GOLD: np.array(["a"] * 40)},
+    "other key": lambda arrays: arrays | {"x": np.ones(2)},
+}
+
+
+@pytest.mark.parametrize("damage", [*DAMAGED_BYTES, *DAMAGED_ARRAYS, "pickled"])
+def test_a_damaged_predictions_archive_is_named(tmp_path: Path, damage: str) -> None:
+    write_experiment(tmp_path, fake_experiment("simcse", [1, 2], 1))
+    path = tmp_path / "predictions" / "2" / "sts.npz"
+    if damage in DAMAGED_BYTES:
+        path.write_bytes(DAMAGED_BYTES[damage](path.read_bytes()))
+    elif damage == "pickled":
+        np.save(path, np.array([{}], dtype=object))
+        path.with_suffix(".npz.npy").rename(path)
+    else:
+        with np.load(path) as archive:
+            arrays = dict(archive)
+        np.savez(path, **DAMAGED_ARRAYS[damage](arrays))
+    with pytest.raises(UserError, match=r"^predictions/2/sts\.npz: "):
         load(folder_reader(tmp_path))
 
 

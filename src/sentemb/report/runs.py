@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import shlex
 import subprocess
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from sentemb.config import ConfigError, UserError, params_from, parse_yaml, run_plan
-from sentemb.registry import SUITES
+from sentemb.registry import REFINEMENTS, SUITES
 
 Reader = Callable[[str], bytes]  # a path relative to the repository root -> the file's bytes
 RUNS, PREDICTIONS, CURVES = "metrics/runs", "predictions", "plots/runs"
@@ -74,17 +76,38 @@ class Experiment:
 
 
 def folder_reader(root: Path) -> Reader:
-    """The files under `root` (the workspace)."""
+    """The files under `root` (the workspace); a missing one is an error saying which `dvc`
+    command brings it back: `dvc checkout` where its dvc.lock records it, else `dvc repro`."""
 
     def read(path: str) -> bytes:
         try:
             return (root / path).read_bytes()
         except FileNotFoundError as err:
-            raise MissingResults(
-                f"{root / path}: not found; `dvc repro` writes it (params: method, seeds)"
-            ) from err
+            if recorded(root, path):
+                how = "dvc.lock records it: `dvc checkout` restores it from the DVC cache "
+                how += "(`dvc pull`: from a remote), else `dvc repro` writes it again"
+            else:
+                how = "`dvc repro` writes it (params: method, seeds)"
+            raise MissingResults(f"{root / path}: not found; {how}") from err
 
     return read
+
+
+def recorded(root: Path, path: str) -> bool:
+    """Whether the dvc.lock under `root` names `path`, or a folder that holds it, as an output."""
+    try:
+        lock = parse_yaml((root / "dvc.lock").read_bytes(), "dvc.lock")
+    except (OSError, UserError):
+        return False
+    stages = lock.get("stages") if isinstance(lock, dict) else None
+    outs = [
+        out.get("path")
+        for stage in (stages.values() if isinstance(stages, dict) else [])
+        if isinstance(stage, dict)
+        for out in stage.get("outs") or []
+        if isinstance(out, dict)
+    ]
+    return any(isinstance(o, str) and (path == o or path.startswith(f"{o}/")) for o in outs)
 
 
 def git_remote(repo: Path) -> str:
@@ -107,14 +130,18 @@ def revision_reader(revision: str, repo: Path = Path(), label: str | None = None
     with Repo(str(repo)) as dvc:
         remote = dvc.config["core"].get("remote")
     quoted = shlex.quote(name)
-    if remote:
-        get = (
-            f"get it from remote {remote!r}: a branch or commit: `git checkout {quoted} && dvc "
-            f"pull`; an experiment: `dvc exp pull {git_remote(repo)} {quoted} -r "
-            f"{shlex.quote(remote)}`"
-        )
-    else:
-        get = "no DVC remote is configured here: add the one that holds it (`dvc remote add -d`)"
+    is_commit = ["git", "rev-parse", "--verify", "-q", "--end-of-options", f"{name}^{{commit}}"]
+    if subprocess.run(is_commit, cwd=repo, capture_output=True).returncode == 0:
+        pull = f"`git checkout {quoted} && dvc pull`"
+        again = f"run that revision's pipeline again (`git checkout {quoted} && dvc repro`)"
+    else:  # a DVC experiment's name
+        pull = f"`dvc exp pull {git_remote(repo)} {quoted} -r {shlex.quote(str(remote))}`"
+        again = f"run it again as a new experiment (`dvc exp apply {quoted} && dvc exp run`)"
+    get = (
+        f"get it from remote {remote!r}: {pull}"
+        if remote
+        else ("no DVC remote is configured here: add the one that holds it (`dvc remote add -d`)")
+    )
 
     def read(path: str) -> bytes:
         try:
@@ -122,8 +149,7 @@ def revision_reader(revision: str, repo: Path = Path(), label: str | None = None
         except Exception as err:  # missing from git and the cache, or DVC's own errors
             raise MissingResults(
                 f"{name}:{path}: not in git, the DVC cache or a remote ({type(err).__name__});"
-                f" {get}; or run that revision's pipeline again (`git checkout {quoted} && dvc"
-                " repro`)"
+                f" {get}; or {again}"
             ) from err
 
     return read
@@ -138,9 +164,74 @@ def read_json(read: Reader, path: str) -> Any:
 
 
 def read_npz(read: Reader, path: str) -> dict[str, np.ndarray]:
-    """The arrays of an evaluate `--predictions` file through `read`."""
-    with np.load(io.BytesIO(read(path))) as archive:
-        return {name: archive[name] for name in archive.files}
+    """The arrays of an evaluate `--predictions` file through `read`: per task `<task>/predicted`
+    and `<task>/gold`, finite and of one length; anything else is one error naming the file."""
+    data = read(path)
+    try:
+        with np.load(io.BytesIO(data)) as archive:
+            arrays = {name: archive[name] for name in archive.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+        raise UserError(f"{path}: not a predictions archive ({err}); it was damaged") from None
+    tasks = {name.rpartition("/")[0] for name in arrays}
+    for task in sorted(tasks):
+        pair = [arrays.get(f"{task}/{kind}") for kind in ("predicted", "gold")]
+        if not task or set(arrays) & {task} or any(a is None for a in pair):
+            raise UserError(f"{path}: {task or '?'}: expected {task}/predicted and {task}/gold")
+        predicted, gold = pair
+        if not all(a.ndim == 1 and a.dtype.kind == "f" and np.isfinite(a).all() for a in pair):
+            raise UserError(f"{path}: {task}: expected finite numbers in one row each")
+        if predicted.shape != gold.shape:
+            raise UserError(
+                f"{path}: {task}: {predicted.size} predicted scores for {gold.size} gold ones"
+            )
+    return arrays
+
+
+def read_scores(read: Reader, path: str, suite: str) -> dict[str, Any]:
+    """A suite's metrics file through `read`: a JSON object whose report columns, plain and
+    refined, are scores x 100 (finite, within ±100); anything else is one error naming it."""
+    metrics = read_json(read, path)
+    if not isinstance(metrics, dict):
+        raise UserError(f"{path}: expected a JSON object of scores; it was damaged")
+    rows = [("", metrics)] + [(f"{r}: ", metrics[r]) for r in REFINEMENTS if r in metrics]
+    for row, values in rows:
+        if not isinstance(values, dict):
+            raise UserError(f"{path}: {row}expected a JSON object of scores; it was damaged")
+        for column in (c for c in SUITES[suite].cls.columns if c in values):
+            value = values[column]
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not (math.isfinite(value) and abs(value) <= 100)
+            ):
+                raise UserError(
+                    f"{path}: {row}{column}: {value!r} is not a score x 100 (a finite number "
+                    "within ±100); it was damaged"
+                )
+    return metrics
+
+
+def check_columns(seeds: list[int], files: list[dict[str, Any]]) -> None:
+    """Every seed scores the columns of the first seed that has the row (`sts`, `sts`'s
+    `repal`, ...): otherwise one error naming the file and the columns."""
+    for suite, declared in SUITES.items():
+        for refinement in ("", *REFINEMENTS):
+            found = {}
+            for seed, run in zip(seeds, files, strict=True):
+                values = run[suite].get(refinement) if refinement else run[suite]
+                if values is not None:
+                    found[seed] = {c for c in declared.cls.columns if c in values}
+            if not found:
+                continue
+            first, expected = next(iter(found.items()))
+            for seed, columns in found.items():
+                if columns != expected:
+                    raise UserError(
+                        f"{RUNS}/{seed}/{suite}.json: {refinement + ': ' if refinement else ''}"
+                        f"seed {seed} scores other columns than seed {first} (missing: "
+                        f"{', '.join(sorted(expected - columns)) or '-'}; extra: "
+                        f"{', '.join(sorted(columns - expected)) or '-'}): `dvc repro` it again"
+                    )
 
 
 def read_params(read: Reader) -> dict:
@@ -156,9 +247,11 @@ def load(read: Reader, label: str | None = None, params: dict | None = None) -> 
         params = read_params(read)
     method, seeds = run_plan(params)
     files = [
-        {name: read_json(read, f"{RUNS}/{seed}/{name}.json") for name in (*SUITES, *RECORDS)}
+        {suite: read_scores(read, f"{RUNS}/{seed}/{suite}.json", suite) for suite in SUITES}
+        | {name: read_json(read, f"{RUNS}/{seed}/{name}.json") for name in RECORDS}
         for seed in seeds
     ]
+    check_columns(seeds, files)
     predictions = {
         suite: [read_npz(read, f"{PREDICTIONS}/{seed}/{suite}.npz") for seed in seeds]
         for suite, declared in SUITES.items()
@@ -171,7 +264,7 @@ def load(read: Reader, label: str | None = None, params: dict | None = None) -> 
         for kind in CURVE_KINDS
     }
     singles = {
-        row: {suite: read_json(read, f"{folder}/{suite}.json") for suite in SUITES}
+        row: {suite: read_scores(read, f"{folder}/{suite}.json", suite) for suite in SUITES}
         for row, folder in ((UNTRAINED, REFERENCE_DIR), (TFIDF, TFIDF_DIR))
     }
     before = read_json(read, f"{REFERENCE_DIR}/analysis.json")
