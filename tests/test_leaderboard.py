@@ -28,10 +28,12 @@ def git(repo: Path, *args: str) -> str:
     return done.stdout.strip()
 
 
-def commit(repo: Path, method: str, noise: int, code: str, message: str) -> str:
-    """A commit holding `method`'s results (seeds 1 and 2) and a dvc.lock whose chain stages
-    ran code of md5 `code` and whose predictions have an md5 of `noise`."""
-    write_experiment(repo, fake_experiment(method, [1, 2], noise))
+def commit(
+    repo: Path, method: str, noise: int, code: str, message: str, seeds: tuple[int, ...] = (1, 2)
+) -> str:
+    """A commit holding `method`'s results (`seeds`) and a dvc.lock whose chain stages ran code
+    of md5 `code` and whose predictions have an md5 of `noise`."""
+    write_experiment(repo, fake_experiment(method, list(seeds), noise))
     stages = {
         f"{stage}@{seed}": {
             "cmd": "x",
@@ -39,7 +41,7 @@ def commit(repo: Path, method: str, noise: int, code: str, message: str) -> str:
             "outs": [{"path": f"predictions/{seed}/sts.npz", "md5": str(noise)}],
         }
         for stage in CHAIN
-        for seed in (1, 2)
+        for seed in seeds
     }
     (repo / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": stages}))
     git(repo, "add", "-A")
@@ -185,6 +187,41 @@ def test_compare_names_the_seeds_it_pairs_and_those_left_out(repo: Path, tmp_pat
     assert lines[-1] == "Left out, having no pair: HEAD~1's seed(s) 1; HEAD's seed(s) 3."
 
 
+def set_noise(clone: Path, value: object) -> None:
+    params = yaml.safe_load((clone / "params.yaml").read_text())
+    params["compare"]["noise"] = value
+    (clone / "params.yaml").write_text(yaml.safe_dump(params))
+
+
+DAMAGED_SIDES = {  # what is damaged, the names compared, and the start of the one error line
+    "lock empty": ("", ["HEAD"], "error: workspace: dvc.lock: expected a mapping of stages"),
+    "lock a list": ("[1]\n", ["HEAD"], "error: workspace: dvc.lock: expected a mapping of"),
+    "lock stage 5": ("stages:\n  x: 5\n", ["HEAD"], "error: workspace: dvc.lock: expected"),
+    "noise text": ("abc", ["HEAD"], "error: workspace: params.yaml: compare.noise: "),
+    "noise nan": (".nan", ["HEAD"], "error: workspace: params.yaml: compare.noise: "),
+    "noise committed": (-1, ["HEAD~1", "HEAD"], "error: HEAD: params.yaml: compare.noise: "),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGED_SIDES)
+def test_a_damaged_lock_or_compare_param_is_one_error_naming_side_and_file(
+    repo: Path, tmp_path: Path, damage: str
+) -> None:
+    """Not "stale: `dvc repro` first" for an invalid param, nor a traceback for a lock that is
+    YAML but no mapping of stages: one line naming the side, the file and the param."""
+    value, names, message = DAMAGED_SIDES[damage]
+    clone = clone_of(repo, tmp_path / "clone")
+    if damage.startswith("lock"):
+        (clone / "dvc.lock").write_text(value)
+    else:
+        set_noise(clone, yaml.safe_load(value) if isinstance(value, str) else value)
+    if damage == "noise committed":
+        git(clone, "commit", "-qam", "a negative noise")
+    done = python(clone, "sentemb.compare", *names)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1].startswith(message), done.stderr[-2000:]
+
+
 def test_the_git_remote_named_is_the_only_one_else_a_placeholder(tmp_path: Path) -> None:
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     assert git_remote(tmp_path) == "<git remote>"
@@ -321,7 +358,7 @@ def test_a_row_whose_commit_is_gone_is_left_out_when_code_or_simcse_moved(
     listed: tuple[Path, dict], change: dict, reason: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A listed row whose commit is gone is left out, named with its rerun command on every
-    later call until a row of its method replaces it, where the stage code changed or the
+    later call until a row of its label replaces it, where the stage code changed or the
     SimCSE run its paired tests read is not today's (other predictions or scores, or none)."""
     clone, board = listed
     iscse = gone_rows(board)[0]
@@ -331,9 +368,30 @@ def test_a_row_whose_commit_is_gone_is_left_out_when_code_or_simcse_moved(
         after = rebuild(clone, monkeypatch)
         assert [r["label"] for r in after["rows"]] == ["simcse", "sscl"]
         stale = {s["label"]: s for s in after["stale"]}
-        assert stale["iscse"]["reason"].startswith(reason)
-        assert stale["iscse"]["rerun"] == "dvc exp run --queue -S method=iscse"
-        assert "iscse at 0000000: " in (clone / "reports" / "leaderboard.md").read_text()
+        iscse = stale["iscse (seeds=[1])"]  # named, and rerun, with the params it ran with
+        assert iscse["reason"].startswith(reason)
+        assert iscse["rerun"] == "dvc exp run --queue -S method=iscse -S 'seeds=[1]'"
+        report = (clone / "reports" / "leaderboard.md").read_text()
+        assert "iscse (seeds=[1]) at 0000000: " in report
+
+
+def test_each_row_is_tested_on_the_seeds_it_shares_with_simcse(
+    listed: tuple[Path, dict], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A one-seed experiment changes no other row's tests; one that shares no seed with
+    SimCSE's run is left out, named with its params and rerun command, and blocks no row."""
+    clone, board = listed
+    base = git(clone, "rev-parse", "HEAD")
+    for method, seeds, name in (("iscse", (2,), "one-seed"), ("dclr", (7,), "other-seed")):
+        experiment_ref(clone, base, commit(clone, method, 2, "c1", method, seeds), name)
+        git(clone, "reset", "-q", "--hard", base)
+    after = rebuild(clone, monkeypatch)
+    rows = {row["label"]: row for row in after["rows"]}
+    assert rows["sscl"] == board["rows"][1]  # its tests on seeds 1 and 2, as before
+    assert rows["iscse (seeds=[2])"]["versus"]["sts"]["p_seeds"] is None  # one pair: no t-test
+    stale = {s["label"]: s for s in after["stale"]}["dclr (seeds=[7])"]
+    assert stale["reason"].startswith("cannot be tested against SimCSE's row: seeds: the ")
+    assert stale["rerun"] == "dvc exp run --queue -S method=dclr -S 'seeds=[7]'"
 
 
 def test_a_kept_row_names_the_params_that_differ_from_today_s(

@@ -173,11 +173,29 @@ def test_metrics_diff_in_a_git_and_dvc_repo(tmp_path: Path) -> None:
     failed = metrics_diff(tmp_path, "--all")
     assert failed.returncode == 1 and failed.stdout == ""
     assert failed.stderr.startswith("error: workspace:plots/summary/scores.json: expected a list")
-    summary.write_text(summary.read_text()[:20])
-    for args, message in (
-        ([], "error: dvc metrics diff: "),
-        (["--all"], "error: workspace:metrics/summary.json: not valid JSON"),
+    write(76.3251, 0.2, 80.5, 10)
+    records = json.loads(scores.read_text())
+    scores.write_text(json.dumps([*records, records[0] | {"score": 1.0}]))
+    failed = metrics_diff(tmp_path, "--all")
+    assert failed.stderr.startswith("error: workspace:plots/summary/scores.json: metrics/runs/")
+    assert failed.stderr.rstrip().endswith(": STSBenchmark: recorded twice")
+    write(76.3251, 0.2, 80.5, 10)
+    where = "error: workspace:metrics/summary.json: "
+    headline = summary.read_text()
+    for damaged, message in (
+        (headline[:20], where + "not valid JSON"),
+        (b"\xff\xfe{}", where + "not UTF-8 text"),
+        ("[1, 2, 3]", where + "expected a JSON object"),
+        *(
+            (headline.replace("76.3251", value), where + "trained.sts.avg.mean: ")
+            for value in ('"abc"', "null", "true", "NaN", "Infinity", "{}")
+        ),
     ):
-        failed = metrics_diff(tmp_path, *args)
-        assert failed.returncode == 1 and failed.stdout == "", failed.stdout
-        assert failed.stderr.splitlines()[-1].startswith(message), failed.stderr
+        if isinstance(damaged, bytes):
+            summary.write_bytes(damaged)
+        else:
+            summary.write_text(damaged)
+        for args in ([], ["--all"]):  # DVC would show a number turned to text as removed
+            failed = metrics_diff(tmp_path, *args)
+            assert failed.returncode == 1 and failed.stdout == "", (damaged, failed.stdout)
+            assert failed.stderr.splitlines()[-1].startswith(message), failed.stderr

@@ -19,22 +19,25 @@ from pathlib import Path
 from typing import Any
 
 from sentemb.cli import Parser, points
-from sentemb.config import UserError, load_params, parse_yaml, section
+from sentemb.config import UserError, load_params, section
 from sentemb.report.compare import compare, shared_seeds
 from sentemb.report.markdown import comparison
-from sentemb.report.runs import Experiment, folder_reader, load, revision_reader
+from sentemb.report.runs import Experiment, folder_reader, load, lock_stages, revision_reader
 from sentemb.report.stats import CompareConfig
 from sentemb.review import WORKSPACE, commits, root, run
+from sentemb.tracking import flatten
 
 
 def stale_params(repo: Path) -> list[str]:
-    """The params whose value in the workspace's params.yaml differs from the one its dvc.lock
-    records a stage ran with: the workspace's outputs are not those params' results."""
-    lock = parse_yaml((repo / "dvc.lock").read_bytes(), "dvc.lock")
+    """The params (dotted keys) whose value in the workspace's params.yaml differs from the one
+    its dvc.lock records a stage ran with: the workspace's outputs are not those params'
+    results."""
+    stages = lock_stages((repo / "dvc.lock").read_bytes())
     params = load_params(repo / "params.yaml")
     stale = set()
-    for stage in (lock.get("stages") or {}).values():
-        for key, value in stage.get("params", {}).get("params.yaml", {}).items():
+    for stage in stages.values():
+        ran = (stage.get("params") or {}).get("params.yaml") or {}
+        for key, value in flatten(ran if isinstance(ran, dict) else {}).items():
             if lookup(params, key) != value:
                 stale.add(key)
     return sorted(stale)
@@ -48,11 +51,20 @@ def lookup(params: dict[str, Any], key: str) -> Any:
     return node
 
 
+def compare_config(params: dict[str, Any], name: str) -> CompareConfig:
+    """The `compare` params of the side `name`, or one error naming it and its params.yaml."""
+    try:
+        return section(params, "compare", CompareConfig)
+    except UserError as err:
+        raise UserError(f"{name}: params.yaml: {err}") from None
+
+
 def experiment(name: str, repo: Path, commit: str | None) -> Experiment:
     """The experiment `name` ran at `commit` (None: the working folder, whose outputs must be
     those of its params); an error names `name` where it does not already."""
     try:
         if commit is None:
+            compare_config(load_params(repo / "params.yaml"), name)  # invalid is not stale
             if stale := stale_params(repo):
                 raise UserError(
                     f"params.yaml differs from what dvc.lock ran ({', '.join(stale)}), so the "
@@ -81,7 +93,7 @@ def main() -> None:
     names = (args.a_rev, args.b_rev)
     read = [experiment(n, repo, c) for n, c in zip(names, commits(names, repo), strict=True)]
     old, new = shared_seeds(dict(zip(names, read, strict=True))).values()
-    config = section(new.params, "compare", CompareConfig)
+    config = compare_config(new.params, args.b_rev)
     if args.noise is not None:
         config = CompareConfig(**{**config.__dict__, "noise": args.noise})
     results = compare({args.a_rev: old, args.b_rev: new}, args.a_rev, config)

@@ -11,11 +11,12 @@ autocast its seeds trained under; then the reference rows (the untrained model, 
 revision. Rows are merged from HEAD (its committed run), every DVC experiment of any commit and the
 rows the leaderboard already lists. Every row comes from the same stage code as this revision (the
 code files its dvc.lock records for train, refine, evaluate and analyze): a row of other code is
-left out and named with the command that reruns it, until a row of its method replaces it. A listed
-row whose commit git no longer has (an experiment of another clone) keeps its recorded numbers
-while the stage code and what its paired tests rest on (SimCSE's evaluate outputs on its seeds, the
-`compare` params) are today's; else it is left out too. Of two rows of one method and params, the
-later run is kept, and a run git has replaces a kept one.
+left out and named with the command that reruns it (with its params), until a row of its label
+replaces it. Each row is tested against SimCSE's on the seeds the two share; a row that shares
+none is left out. A listed row whose commit git no longer has (an experiment of another clone)
+keeps its recorded numbers while the stage code and what its paired tests rest on (SimCSE's
+evaluate outputs on its seeds, the `compare` params) are today's; else it is left out too. Of two
+rows of one method and params, the later run is kept, and a run git has replaces a kept one.
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ import hashlib
 import json
 import logging
 import math
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sentemb.cli import Parser
-from sentemb.config import UserError, parse_yaml, run_plan, section
+from sentemb.config import UserError, run_plan, section
 from sentemb.io import atomic_path, check_output, read_json, write_json
 from sentemb.registry import SUITES
 from sentemb.report.compare import compare
@@ -40,6 +42,7 @@ from sentemb.report.runs import (
     Experiment,
     Reader,
     load,
+    lock_stages,
     read_params,
     revision_reader,
 )
@@ -88,14 +91,19 @@ class Candidate:
 def lock_digest(read: Reader, stages: list[str], field: str, under: tuple[str, ...]) -> str:
     """A hash of the files under `under` that the dvc.lock `read` gives records as `field`
     (deps or outs) of `stages`, with their md5."""
-    lock = parse_yaml(read("dvc.lock"), "dvc.lock")["stages"]
+    lock = lock_stages(read("dvc.lock"))
     entries = []
     for name in stages:
         if name not in lock:
             raise UserError(f"dvc.lock has no stage {name}: that revision's run is incomplete")
+        listed = lock[name].get(field) or []
+        if not isinstance(listed, list) or not all(
+            isinstance(d, dict) and isinstance(d.get("path"), str) for d in listed
+        ):
+            raise UserError(f"dvc.lock: {name}: {field}: expected a list of paths")
         entries += [
-            (name.split("@")[0], d["path"], d.get("md5", ""))
-            for d in lock[name].get(field, [])
+            (name.split("@")[0], d["path"], str(d.get("md5", "")))
+            for d in listed
             if d["path"].startswith(under)
         ]
     return hashlib.sha256(json.dumps(sorted(entries)).encode()).hexdigest()
@@ -118,10 +126,18 @@ def tested_against(read: Reader, params: dict[str, Any]) -> str:
     ).hexdigest()
 
 
-def left_out(method: str, commit: str, reason: str) -> dict[str, str]:
-    """A run that is not a row: its method, commit, why, and the command that reruns it."""
-    rerun = f"dvc exp run --queue -S method={method}"
-    return {"label": method, "commit": commit, "reason": reason, "rerun": rerun}
+def left_out(
+    method: str, commit: str, reason: str, params: dict[str, Any] | None = None
+) -> dict[str, str]:
+    """A run that is not a row: its label (method and the `params` that differ), commit, why,
+    and the command that reruns it with those params."""
+    params = params or {}
+    sets = [f"method={method}"] + [
+        f"{key}={value if isinstance(value, str) else json.dumps(value)}"
+        for key, value in params.items()
+    ]
+    rerun = "dvc exp run --queue" + "".join(f" -S {shlex.quote(s)}" for s in sets)
+    return {"label": row_label(method, params), "commit": commit, "reason": reason, "rerun": rerun}
 
 
 def candidates(repo: Path, commits: set[str]) -> tuple[list[Candidate], set[str]]:
@@ -180,7 +196,7 @@ def recorded(
             r | {"params": differing(before["params"] | r["params"], today["params"])} for r in rows
         ]
         return kept, stale
-    return [], [*stale, *(left_out(r["method"], r["commit"], reason) for r in rows)]
+    return [], [*stale, *(left_out(r["method"], r["commit"], reason, r["params"]) for r in rows)]
 
 
 def row_label(method: str, params: dict[str, Any]) -> str:
@@ -278,31 +294,40 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
     for candidate in sorted(found, key=lambda c: (c.created, c.experiment is not None, c.commit)):
         name = candidate.experiment or candidate.commit[:7]
         method = name  # until its params say
+        params: dict[str, Any] = {}
         try:
             read = revision_reader(candidate.commit, repo)
             ran = read_params(read)
             method, seeds = run_plan(ran)
+            params = differing(flatten(ran), flat)
             if code(read, seeds[0]) != current:  # from git alone: its data may be gone
-                stale.append(left_out(method, candidate.commit, "ran other stage code"))
+                stale.append(left_out(method, candidate.commit, "ran other stage code", params))
                 continue
             experiment = reference if candidate is head else load(read, name, ran)
         except UserError as err:  # an experiment that cannot be a row blocks no other row
             if candidate is head:
                 raise
-            entry = left_out(method, candidate.commit, f"cannot be read: {err}")
+            entry = left_out(method, candidate.commit, f"cannot be read: {err}", params)
             if method == name:  # its params could not say its method
                 entry["rerun"] = f"dvc exp remove {name}, or: dvc exp run --queue -S method=..."
             stale.append(entry)
             continue
-        params = differing(flatten(experiment.params), flat)
         rows[row_label(method, params)] = (candidate, experiment, params)
-    experiments = {label: experiment for label, (_, experiment, _) in rows.items()}
     config = section(reference.params, "compare", CompareConfig)
     tested, versus = None, {}
-    if BASELINE in experiments:
-        versus = compare(experiments, BASELINE, config)
+    if BASELINE in rows:
+        simcse = rows[BASELINE][1]
+        for label, (candidate, experiment, params) in list(rows.items()):
+            try:  # each row on the seeds it shares with SimCSE's
+                if label != BASELINE:
+                    pair = {BASELINE: simcse, label: experiment}
+                    versus[label] = compare(pair, BASELINE, config)[label]
+            except UserError as err:
+                del rows[label]
+                reason = f"cannot be tested against SimCSE's row: {err}"
+                stale.append(left_out(experiment.method, candidate.commit, reason, params))
         read = revision_reader(rows[BASELINE][0].commit, repo)
-        tested = tested_against(read, experiments[BASELINE].params)
+        tested = tested_against(read, simcse.params)
     today = {"code": current, "params": flat, "tested_against": tested}
     kept, gone_stale = recorded(before, gone, today)
     board_rows = [
@@ -326,7 +351,6 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
             labels.add(label)
             board_rows.append(row | {"label": label})
             log.info("%s at %s: its commit is not here: kept as recorded", label, row["commit"][:7])
-    methods = {row["method"] for row in board_rows}
     singles = headline(reference)
     return today | {
         "reference_commit": head.commit,
@@ -335,8 +359,8 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
             name: {row: values["avg"] for row, values in singles[name].items() if "avg" in values}
             for name in (UNTRAINED, TFIDF)
         },
-        "stale": sorted(  # one per method without a row: of runs still here, the latest
-            {s["label"]: s for s in [*gone_stale, *stale] if s["label"] not in methods}.values(),
+        "stale": sorted(  # one per label without a row: of runs still here, the latest
+            {s["label"]: s for s in [*gone_stale, *stale] if s["label"] not in labels}.values(),
             key=lambda s: s["label"],
         ),
     }

@@ -38,12 +38,14 @@ from sentemb.config import UserError, load_params, section
 from sentemb.io import leaves
 from sentemb.registry import SUITES
 from sentemb.report.markdown import table_cell
+from sentemb.report.runs import check_scores
 from sentemb.report.stats import NOISE, CompareConfig
 from sentemb.review import WORKSPACE, commits, root, run
 from sentemb.tracking import SECONDS
 
 HEADLINE_ROWS = ("trained", "untrained", "tfidf")  # metrics/summary.json's rows of scores
 SCORES = "plots/summary/scores.json"  # every number of every seed (stage summary)
+HEADLINE = "metrics/summary.json"  # the only file declared as DVC metrics
 RECORD = {"seed", "file", "key", "score"}  # the keys of each of its records
 
 
@@ -148,31 +150,78 @@ def committed(repo: Path, revision: str | None, name: str) -> dict[tuple[str, st
     numbers: dict[tuple[str, str], float] = {}
     for path in (p for p in paths if p.endswith(".json")):
         where = f"{name}:{path}"
-        text = (
-            (repo / path).read_text("utf-8")
-            if revision is None
-            else git(repo, "show", f"{revision}:{path}")
-        )
-        try:
-            data = json.loads(text)
-        except ValueError as err:
-            raise MetricsDiffError(f"{where}: not valid JSON ({err})") from None
+        data = metrics_file(repo, revision, path, name)
         if path == SCORES:
             if not isinstance(data, list) or not all(
                 isinstance(r, dict) and set(r) >= RECORD for r in data
             ):
                 raise MetricsDiffError(f"{where}: expected a list of records with {sorted(RECORD)}")
-            found = {
-                (f"metrics/runs/{r['seed']}/{r['file']}.json", r["key"]): r["score"] for r in data
-            }
+            found = [
+                ((f"metrics/runs/{r['seed']}/{r['file']}.json", r["key"]), r["score"]) for r in data
+            ]
         else:
-            found = {(path, key): value for key, value in leaves(data)}
-        for (file, key), value in found.items():
+            found = [((path, key), value) for key, value in leaves(data)]
+        for (file, key), value in found:
             score = number(value, f"{where}: {key}")
             if score is None:
                 raise MetricsDiffError(f"{where}: {key}: {value!r} is not a number")
+            if (file, key) in numbers:
+                raise MetricsDiffError(f"{where}: {file}: {key}: recorded twice")
             numbers[(file, key)] = score
     return numbers
+
+
+def metrics_file(repo: Path, revision: str | None, path: str, name: str) -> Any:
+    """The JSON of metrics file `path` at commit `revision` (None: the workspace), checked: a
+    JSON object (`SCORES`: a list), a suite's report columns scores x 100, the headline's every
+    value a finite number. Else one error naming `name` and the file."""
+    where = f"{name}:{path}"
+    try:
+        raw = (repo / path).read_bytes() if revision is None else show(repo, revision, path)
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise MetricsDiffError(f"{where}: not UTF-8 text ({err})") from None
+    except ValueError as err:
+        raise MetricsDiffError(f"{where}: not valid JSON ({err})") from None
+    if path == SCORES:
+        return data
+    if not isinstance(data, dict):
+        raise MetricsDiffError(f"{where}: expected a JSON object")
+    stem = PurePosixPath(path).stem
+    if stem in SUITES:
+        try:
+            check_scores(where, stem, data)
+        except UserError as err:
+            raise MetricsDiffError(str(err)) from None
+    if path == HEADLINE:
+        for key, value in flat(data):
+            if number(value, f"{where}: {key}") is None:
+                raise MetricsDiffError(f"{where}: {key}: {value!r} is not a number")
+    return data
+
+
+def flat(value: Any, key: str = "") -> list[tuple[str, Any]]:
+    """Every value of nested mappings that is not a mapping (or is an empty one), with its
+    dotted key."""
+    if not isinstance(value, dict) or not value:
+        return [(key, value)]
+    return [item for name, v in value.items() for item in flat(v, f"{key}.{name}".lstrip("."))]
+
+
+def has(repo: Path, revision: str | None, path: str) -> bool:
+    """Whether `path` is a file at commit `revision` of `repo` (None: in the workspace)."""
+    if revision is None:
+        return (repo / path).is_file()
+    exists = ["git", "cat-file", "-e", f"{revision}:{path}"]
+    return subprocess.run(exists, cwd=repo, capture_output=True).returncode == 0
+
+
+def show(repo: Path, revision: str, path: str) -> bytes:
+    """The bytes of `path` at commit `revision` of `repo`, from git."""
+    result = subprocess.run(["git", "show", f"{revision}:{path}"], cwd=repo, capture_output=True)
+    if result.returncode != 0:
+        raise MetricsDiffError(f"git show: {result.stderr.decode(errors='replace').strip()}")
+    return result.stdout
 
 
 def git(repo: Path, *args: str) -> str:
@@ -203,10 +252,7 @@ def dvc_metrics_diff(repo: Path, arguments: list[str]) -> dict:
         raise MetricsDiffError(f"dvc metrics diff: {lines[-1] if lines else 'failed'}")
     unread = [line for line in lines if "failed to load" in line]
     if unread:
-        raise MetricsDiffError(
-            f"dvc metrics diff: {unread[0].strip()} (is its metrics/summary.json valid JSON? "
-            "`python -m json.tool metrics/summary.json` says where it breaks)"
-        )
+        raise MetricsDiffError(f"dvc metrics diff: {unread[0].strip()}")
     sys.stderr.write(result.stderr)
     return json.loads(result.stdout or "{}")
 
@@ -233,6 +279,9 @@ def main() -> None:
     if args.all:
         rows = details(repo, old, new, names)
     else:
+        for commit, name in zip((old, new), names, strict=True):
+            if has(repo, commit, HEADLINE):  # checked here: DVC would drop what is no number
+                metrics_file(repo, commit, HEADLINE, name)
         revisions = [commit or WORKSPACE for commit in (old, new)]  # DVC's name for it too
         rows = changes(dvc_metrics_diff(repo, revisions), *names)
     print(table(rows, noise, *names))

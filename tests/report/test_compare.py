@@ -16,6 +16,7 @@ from sentemb.io import leaves
 from sentemb.registry import SUITES
 from sentemb.report.compare import compare, shared_seeds
 from sentemb.report.runs import (
+    RECORDS,
     Experiment,
     MissingResults,
     folder_reader,
@@ -309,6 +310,30 @@ def test_a_seed_scoring_other_columns_is_named_with_its_file(tmp_path: Path, ref
         match=r"runs/2/sts\.json: .*seed 2 scores other columns than "
         r"seed 1 \(missing: avg; extra: -\)",
     ):
+        load(folder_reader(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("record", "field"), [(r, f) for r, fields in RECORDS.items() for f in [*fields, None]]
+)
+@pytest.mark.parametrize("value", [None, "x", float("nan"), True, []])
+def test_a_damaged_run_record_is_named_with_its_field(
+    tmp_path: Path, record: str, field: str | None, value: object
+) -> None:
+    """train.json, refine.json and analysis.json: the fields the reports read, of their type
+    (`field` None: the whole file replaced by `value`)."""
+    write_experiment(tmp_path, fake_experiment("simcse", [1, 2], 1))
+    path = tmp_path / "metrics" / "runs" / "2" / f"{record}.json"
+    data = json.loads(path.read_text())
+    if field is None:
+        data = value
+    else:
+        data[field] = value
+    path.write_text(json.dumps(data))
+    if field is not None and isinstance(value, str) and RECORDS[record][field] is str:
+        load(folder_reader(tmp_path))  # a string where a string is read
+        return
+    with pytest.raises(UserError, match=rf"runs/2/{record}\.json: (expected|{field}: )"):
         load(folder_reader(tmp_path))
 
 

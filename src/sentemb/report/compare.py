@@ -101,29 +101,37 @@ def compare(
     experiments: dict[str, Experiment], baseline: str, config: CompareConfig
 ) -> dict[str, dict[str, dict[str, Result]]]:
     """Each experiment but `baseline` against it: per row (`sts`, `sts/repal`, ...) and column,
-    the difference of the seed means and its tests, on the seeds they all share."""
-    experiments = shared_seeds(experiments)
-    check_pairs(experiments)
-    others = [label for label in experiments if label != baseline]
-    results: dict[str, dict[str, dict[str, Result]]] = {label: {} for label in others}
+    the difference of the seed means and its tests, on the seeds that pair shares (a third
+    experiment's seeds change no pair's tests)."""
+    return {
+        label: compare_pair(experiments[baseline], experiment, baseline, label, config)
+        for label, experiment in experiments.items()
+        if label != baseline
+    }
+
+
+def compare_pair(
+    baseline: Experiment, other: Experiment, base_label: str, label: str, config: CompareConfig
+) -> dict[str, dict[str, Result]]:
+    """`other` (`label`) against `baseline` (`base_label`) on their shared seeds and pairs."""
+    pair = shared_seeds({base_label: baseline, label: other})
+    check_pairs(pair)
+    results: dict[str, dict[str, Result]] = {}
     for suite, declared in SUITES.items():
         replicates: dict[str, Any] = {}
         if declared.cls.pairs:
-            tasks = pair_tasks({label: e.predictions[suite] for label, e in experiments.items()})
+            tasks = pair_tasks({name: e.predictions[suite] for name, e in pair.items()})
             replicates = bootstrap_scores(tasks, config.resamples, config.seed)
         for row in (suite, *(f"{suite}/{r}" for r in REFINED)):
-            scores = {label: e.scores(row) for label, e in experiments.items()}
-            if scores[baseline] is None:
+            scores = {name: e.scores(row) for name, e in pair.items()}
+            if scores[base_label] is None or scores[label] is None:
                 continue
-            for label in others:
-                if scores[label] is None:
-                    continue
-                if replicates and row == suite:
-                    results[label][row] = paired_comparison(
-                        replicates, scores, label, baseline, config.confidence, config.noise
-                    )
-                else:
-                    results[label][row] = seed_comparison(
-                        scores[label], scores[baseline], config.confidence, config.noise
-                    )
+            if replicates and row == suite:
+                results[row] = paired_comparison(
+                    replicates, scores, label, base_label, config.confidence, config.noise
+                )
+            else:
+                results[row] = seed_comparison(
+                    scores[label], scores[base_label], config.confidence, config.noise
+                )
     return results

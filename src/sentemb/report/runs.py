@@ -30,7 +30,11 @@ from sentemb.registry import REFINEMENTS, SUITES
 Reader = Callable[[str], bytes]  # a path relative to the repository root -> the file's bytes
 RUNS, PREDICTIONS, CURVES = "metrics/runs", "predictions", "plots/runs"
 REFERENCE_DIR, TFIDF_DIR = "metrics/reference", "metrics/tfidf"
-RECORDS = ("train", "refine", "analysis")  # a run's metrics files besides its suites'
+RECORDS = {  # a run's metrics files besides its suites', and the fields the reports read
+    "train": {"sentences": int, "autocast": str},
+    "refine": {"fit_on": str},
+    "analysis": {"alignment": float, "uniformity": float},
+}
 CURVE_KINDS = ("loss", "dev")
 UNTRAINED, TFIDF = "untrained", "tfidf"  # the reference rows
 
@@ -93,18 +97,27 @@ def folder_reader(root: Path) -> Reader:
     return read
 
 
+def lock_stages(data: bytes) -> dict[str, dict[str, Any]]:
+    """The stages of a dvc.lock (its bytes): a mapping of stage names to mappings, or one error
+    naming the file."""
+    lock = parse_yaml(data, "dvc.lock")
+    stages = lock.get("stages") if isinstance(lock, dict) else None
+    if not isinstance(stages, dict) or not all(isinstance(s, dict) for s in stages.values()):
+        raise UserError("dvc.lock: expected a mapping of stages: `dvc repro` writes it again")
+    return stages
+
+
 def recorded(root: Path, path: str) -> bool:
     """Whether the dvc.lock under `root` names `path`, or a folder that holds it, as an output."""
     try:
-        lock = parse_yaml((root / "dvc.lock").read_bytes(), "dvc.lock")
+        stages = lock_stages((root / "dvc.lock").read_bytes())
     except (OSError, UserError):
         return False
-    stages = lock.get("stages") if isinstance(lock, dict) else None
     outs = [
         out.get("path")
-        for stage in (stages.values() if isinstance(stages, dict) else [])
-        if isinstance(stage, dict)
-        for out in stage.get("outs") or []
+        for stage in stages.values()
+        if isinstance(stage.get("outs"), list)
+        for out in stage["outs"]
         if isinstance(out, dict)
     ]
     return any(isinstance(o, str) and (path == o or path.startswith(f"{o}/")) for o in outs)
@@ -188,9 +201,15 @@ def read_npz(read: Reader, path: str) -> dict[str, np.ndarray]:
 
 
 def read_scores(read: Reader, path: str, suite: str) -> dict[str, Any]:
-    """A suite's metrics file through `read`: a JSON object whose report columns, plain and
-    refined, are scores x 100 (finite, within ±100); anything else is one error naming it."""
+    """A suite's metrics file through `read`, checked (`check_scores`)."""
     metrics = read_json(read, path)
+    check_scores(path, suite, metrics)
+    return metrics
+
+
+def check_scores(path: str, suite: str, metrics: Any) -> None:
+    """A suite's metrics file (`path`) is a JSON object whose report columns, plain and refined,
+    are scores x 100 (finite, within ±100); else one error naming the file and column."""
     if not isinstance(metrics, dict):
         raise UserError(f"{path}: expected a JSON object of scores; it was damaged")
     rows = [("", metrics)] + [(f"{r}: ", metrics[r]) for r in REFINEMENTS if r in metrics]
@@ -208,7 +227,22 @@ def read_scores(read: Reader, path: str, suite: str) -> dict[str, Any]:
                     f"{path}: {row}{column}: {value!r} is not a score x 100 (a finite number "
                     "within ±100); it was damaged"
                 )
-    return metrics
+
+
+def read_record(read: Reader, path: str, name: str) -> dict[str, Any]:
+    """A run's train, refine or analysis record through `read`: a JSON object holding the fields
+    the reports read (`RECORDS`), of their type; else one error naming the file and field."""
+    record = read_json(read, path)
+    if not isinstance(record, dict):
+        raise UserError(f"{path}: expected a JSON object; it was damaged")
+    for field, kind in RECORDS[name].items():
+        value = record.get(field)
+        wrong = isinstance(value, bool) or not isinstance(
+            value, int | float if kind is float else kind
+        )
+        if wrong or (kind is float and not math.isfinite(value)):
+            raise UserError(f"{path}: {field}: {value!r} is not a {kind.__name__}; it was damaged")
+    return record
 
 
 def check_columns(seeds: list[int], files: list[dict[str, Any]]) -> None:
@@ -248,7 +282,7 @@ def load(read: Reader, label: str | None = None, params: dict | None = None) -> 
     method, seeds = run_plan(params)
     files = [
         {suite: read_scores(read, f"{RUNS}/{seed}/{suite}.json", suite) for suite in SUITES}
-        | {name: read_json(read, f"{RUNS}/{seed}/{name}.json") for name in RECORDS}
+        | {name: read_record(read, f"{RUNS}/{seed}/{name}.json", name) for name in RECORDS}
         for seed in seeds
     ]
     check_columns(seeds, files)
