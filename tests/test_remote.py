@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from sentemb.remote import NOT_PULLED, main, remotes, unreachable, wait_seconds
+from sentemb.remote import (
+    MAX_CONTACT_SECONDS,
+    NOT_PULLED,
+    main,
+    remotes,
+    unreachable,
+    wait_seconds,
+)
 from sentemb.services import CONNECT_SECONDS
 
 from support.services import remote_of
@@ -61,6 +71,8 @@ def test_wait_is_the_longest_timeout_set_on_the_remote() -> None:
     assert wait_seconds({"url": "http://x"}) == CONNECT_SECONDS
     assert wait_seconds({"url": "ssh://x", "timeout": 30}) == 30
     assert wait_seconds({"url": "http://x", "connect_timeout": 2.0, "read_timeout": 9.5}) == 9.5
+    for endless in ("inf", 1e10):  # DVC takes both; a socket timeout of either overflows
+        assert wait_seconds({"url": "http://x", "read_timeout": endless}) == MAX_CONTACT_SECONDS
 
 
 def test_remotes_are_read_as_dvc_reads_them(tmp_path: Path) -> None:
@@ -98,3 +110,39 @@ def test_named_targets_not_pulled_exit_1_and_make_pull_exits_0(
         main(["pull", "no/such/target"])
     assert stopped.value.code == 1
     assert capsys.readouterr().err == f"warning: no DVC remote is configured; {NOT_PULLED}\n"
+
+
+def dvc_repo_with_a_tracked_file(folder: Path) -> None:
+    """A DVC repository (no git) tracking `data.txt`, whose object is in no cache (DVC's own
+    commands, in a process apart: its logger keeps the streams of the process it runs in)."""
+    dvc = [sys.executable, "-m", "dvc"]
+    subprocess.run([*dvc, "init", "-q", "--no-scm"], cwd=folder, check=True)
+    (folder / "data.txt").write_text("x\n")
+    subprocess.run([*dvc, "add", "-q", "data.txt"], cwd=folder, check=True)
+    shutil.rmtree(folder / ".dvc" / "cache")
+    (folder / "data.txt").unlink()
+
+
+@pytest.mark.parametrize("setup", ["no default", "default names no remote", "remote lacks it"])
+def test_a_named_target_the_remote_does_not_give_exits_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], setup: str
+) -> None:
+    """Remotes but none default (DVC: "Everything is up to date", status 0), or a default
+    remote that answers without the object (`--allow-missing` took it): the target is not
+    pulled, so status 1; `make pull` still exits 0."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    dvc_repo_with_a_tracked_file(repo)
+    (tmp_path / "store").mkdir()
+    default = {"no default": "", "default names no remote": "    remote = other\n"}.get(setup)
+    core = default if default is not None else "    remote = store\n"
+    (repo / ".dvc" / "config").write_text(
+        f"[core]\n    no_scm = true\n{core}['remote \"store\"']\n    url = {tmp_path / 'store'}\n"
+    )
+    monkeypatch.chdir(repo)
+    main(["pull"])
+    with pytest.raises(SystemExit) as stopped:
+        main(["pull", "data.txt"])
+    assert stopped.value.code == 1 and not (repo / "data.txt").exists()
+    if setup != "remote lacks it":
+        assert "(`dvc remote default NAME` sets it)" in capsys.readouterr().err

@@ -13,8 +13,9 @@ gets one first contact (:func:`unreachable`) of at most
 WebDAV or S3/GCS endpoint must answer one request (any status); an SSH server must send its
 version line. If it does not, one warning and no pull. If it does, ``dvc pull --allow-missing``
 with DVC's own settings; its failure warns too. Either way the exit status is 0: `dvc repro`
-computes what was not pulled. Targets named on the command line are the exception: when they
-are not pulled (no remote, none that answers, a target DVC does not know), the status is 1.
+computes what was not pulled. Targets named on the command line are the exception: they are
+pulled without `--allow-missing`, and when they are not pulled (no remote, no default one, none
+that answers, an object the remote lacks, a target DVC does not know), the status is 1.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ CLOUD_ENDPOINTS = {"s3": "https://s3.amazonaws.com", "gs": "https://storage.goog
 SSH_PORT = 22
 TIMEOUT_KEYS = ("connect_timeout", "read_timeout", "timeout")
 NOT_PULLED = "dvc repro computes what is missing"
+MAX_CONTACT_SECONDS = 600.0  # a first contact that takes longer is no answer
 
 
 def remotes(root: str | Path = ".") -> tuple[str | None, dict[str, dict[str, Any]]]:
@@ -72,10 +74,11 @@ def _contact(config: Mapping[str, Any], seconds: float) -> Callable[[], None] | 
 
 
 def wait_seconds(config: Mapping[str, Any]) -> float:
-    """How long a first contact may take: the longest timeout set on the remote, else
+    """How long a first contact may take: the longest timeout set on the remote (at most
+    :data:`MAX_CONTACT_SECONDS`: DVC takes `inf`, a socket does not), else
     :data:`~sentemb.services.CONNECT_SECONDS`."""
     given = [float(config[key]) for key in TIMEOUT_KEYS if key in config]
-    return max(given, default=CONNECT_SECONDS)
+    return min(max(given, default=CONNECT_SECONDS), MAX_CONTACT_SECONDS)
 
 
 def unreachable(config: Mapping[str, Any]) -> str | None:
@@ -111,17 +114,26 @@ def pull(targets: Sequence[str] = (), root: str | Path = ".") -> bool:
         if targets:
             print(f"warning: no DVC remote is configured; {NOT_PULLED}", file=sys.stderr)
         return False
-    if default in configs:
-        why = unreachable(configs[default])
-        if why is not None:
-            url = configs[default]["url"]
-            print(
-                f"warning: DVC remote {default!r} ({url}) cannot be reached: {why}; not pulling, "
-                f"{NOT_PULLED}",
-                file=sys.stderr,
-            )
-            return False
-    command = [sys.executable, "-m", "dvc", "pull", "--allow-missing", *targets]
+    if default not in configs:  # none set, or a name no remote has
+        which = f"the default DVC remote {default!r} is not one" if default else "none is default"
+        print(
+            f"warning: DVC remotes {', '.join(sorted(configs))}: {which} (`dvc remote default "
+            f"NAME` sets it); {NOT_PULLED}",
+            file=sys.stderr,
+        )
+        return False
+    why = unreachable(configs[default])
+    if why is not None:
+        url = configs[default]["url"]
+        print(
+            f"warning: DVC remote {default!r} ({url}) cannot be reached: {why}; not pulling, "
+            f"{NOT_PULLED}",
+            file=sys.stderr,
+        )
+        return False
+    # named targets must all arrive: without --allow-missing, one the remote lacks fails the pull
+    command = [sys.executable, "-m", "dvc", "pull", *([] if targets else ["--allow-missing"])]
+    command += targets
     if subprocess.run(command, cwd=root).returncode != 0:
         print(f"warning: dvc pull failed (see above); {NOT_PULLED}", file=sys.stderr)
         return False
