@@ -135,6 +135,35 @@ def test_compare_outside_a_repository_is_one_error(tmp_path: Path) -> None:
         "the pipeline")  # fmt: skip
 
 
+def half_made(folder: Path, state: str) -> None:
+    """A DVC repository without git, with git but no commit, or with a config DVC cannot read."""
+    dvc = [sys.executable, "-m", "dvc", "init", "-q"]
+    if state == "no git":
+        subprocess.run([*dvc, "--no-scm"], cwd=folder, check=True)
+        return
+    git(folder, "init", "-q")
+    subprocess.run(dvc, cwd=folder, check=True)
+    if state == "config unreadable":
+        git(folder, "commit", "-qm", "dvc init")
+        (folder / ".dvc" / "config.local").write_text("[core\n")
+
+
+@pytest.mark.parametrize("state", ["no git", "no commit", "config unreadable"])
+@pytest.mark.parametrize(
+    "command", ["sentemb.compare", "sentemb.metrics_diff", "sentemb.leaderboard"]
+)
+def test_a_half_made_repository_is_one_error(tmp_path: Path, state: str, command: str) -> None:
+    half_made(tmp_path, state)
+    done = python(tmp_path, command, *(["HEAD"] if command == "sentemb.compare" else []))
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    message = {
+        "no git": "not a git repository with a commit",
+        "no commit": "not a git repository with a commit",
+        "config unreadable": "/.dvc: config file error: ",
+    }[state]
+    assert message in done.stderr.strip().splitlines()[-1], done.stderr[-2000:]
+
+
 def test_an_experiment_name_two_experiments_share_is_one_error(repo: Path, tmp_path: Path) -> None:
     clone = clone_of(repo, tmp_path / "clone")
     refs = dict(

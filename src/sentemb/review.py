@@ -2,7 +2,7 @@
 they read, the commit a name stands for, and how they end.
 
 Run from any folder of a clone, each reads and writes at the repository's root, as `dvc` does;
-outside one it is one error. A name is a git revision that is a commit, or a DVC experiment's
+outside one, in one without a git commit or with a config DVC cannot read, it is one error. A name is a git revision that is a commit, or a DVC experiment's
 name, or `workspace` (the working folder, as for DVC; a branch of that name is then
 `heads/workspace`); anything else (a tree, a file, an experiment name two experiments share) is
 one error naming it, as are two names of one commit. Ctrl-C ends a command with status 130 and
@@ -26,16 +26,24 @@ WORKSPACE = "workspace"  # the working folder, as DVC names it
 
 
 def root() -> Path:
-    """The root of the DVC repository the current folder is in; outside one, an error."""
-    from dvc.exceptions import NotDvcRepoError
+    """The root of the git and DVC repository the current folder is in, whose config DVC reads
+    and whose git has a commit; else one error saying which is missing."""
+    from dvc.exceptions import DvcException, NotDvcRepoError
     from dvc.repo import Repo
 
     try:
-        return Path(Repo.find_root()).resolve()
+        found = Path(Repo.find_root()).resolve()
+        Repo(str(found)).close()  # reads every config file
     except NotDvcRepoError:
         raise UserError(
             f"{Path.cwd()}: not inside a DVC repository: run this in a clone of the pipeline"
         ) from None
+    except DvcException as err:
+        raise UserError(f"{found}/.dvc: {err}") from None
+    head = ["git", "rev-parse", "--verify", "-q", "HEAD^{commit}"]
+    if subprocess.run(head, cwd=found, capture_output=True).returncode != 0:
+        raise UserError(f"{found}: not a git repository with a commit: revisions are git's")
+    return found
 
 
 def commits(names: tuple[str, str], repo: Path) -> list[str | None]:
