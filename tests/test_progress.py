@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sentemb.progress import Progress, clock, dvc_plan, follow, recorded_seconds
+from sentemb.progress import Progress, clock, dvc_plan, follow, recorded_seconds, stage_record
 from sentemb.tracking import time_left
 
 FAKE_DVC = """import sys
@@ -147,3 +147,29 @@ def test_module_runs_dvc_repro_with_progress_lines(tiny_repo: Path) -> None:
     assert [line.split("] ")[0].split("[")[1] for line in lines] == ["1/3", "2/3", "3/3"]
     assert lines[0].endswith("~2 min left")  # 3 x 30 s and lines[2].endswith("~30 s left")
     assert (tiny_repo / "out-y").read_text() == "c\n"
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "",
+        "{",
+        "7",
+        '{"stage": "train@42"}',
+        "[1, 2]",
+        '[{"stage": "train@42"}]',
+        '[{"stage": "train@42", "seconds": null}]',
+        '[{"stage": "train@42", "seconds": "x"}]',
+        '[{"stage": "train@42", "seconds": NaN}]',
+        '[{"stage": "train@42", "seconds": -5}]',
+        '[{"seconds": 5}]',
+    ],
+)
+def test_a_damaged_seconds_record_gives_no_estimates(tmp_path: Path, content: str) -> None:
+    """The estimates are a guide: a record that is not a list of stages with seconds gives none,
+    and never stops `dvc repro` with a traceback."""
+    path = tmp_path / "seconds.json"
+    path.write_text(content)
+    assert stage_record(path) == {}
+    path.write_text('[{"stage": "train@42", "seconds": 5}, {"stage": "train@42", "seconds": 2}]')
+    assert stage_record(path) == {"train@42": 7.0}

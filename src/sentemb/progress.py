@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import subprocess
 import sys
@@ -150,14 +151,18 @@ def recorded_seconds(metrics: Sequence[Path]) -> float | None:
 
 def stage_record(path: Path = SECONDS_RECORD) -> dict[str, float]:
     """Each stage's seconds in stage `summary`'s committed record (a per-seed stage's outputs
-    are DVC-cached: a fresh clone has the record, not the files); {} without one."""
+    are DVC-cached: a fresh clone has the record, not the files); {} without a usable one (the
+    estimates are a guide: a damaged record never stops `dvc repro`)."""
     try:
         records = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        found: dict[str, float] = {}
+        for record in records:
+            seconds = float(record["seconds"])
+            if not math.isfinite(seconds) or seconds < 0:
+                return {}
+            found[str(record["stage"])] = found.get(str(record["stage"]), 0.0) + seconds
+    except (OSError, ValueError, TypeError, KeyError):
         return {}
-    found: dict[str, float] = {}
-    for record in records if isinstance(records, list) else []:
-        found[record["stage"]] = found.get(record["stage"], 0.0) + float(record["seconds"])
     return found
 
 
