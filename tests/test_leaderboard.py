@@ -164,6 +164,20 @@ def test_a_half_made_repository_is_one_error(tmp_path: Path, state: str, command
     assert message in done.stderr.strip().splitlines()[-1], done.stderr[-2000:]
 
 
+def test_a_branch_an_experiment_is_named_after_is_read_with_a_warning(
+    repo: Path, tmp_path: Path
+) -> None:
+    """As for DVC, the git revision wins; the reader is told that an experiment has the name."""
+    clone = clone_of(repo, tmp_path / "clone")
+    git(clone, "branch", "noisy-sscl", "HEAD")
+    git(clone, "commit", "-q", "--allow-empty", "-m", "later")
+    done = python(clone, "sentemb.compare", "noisy-sscl", "HEAD")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "noisy-sscl: read as a git revision; a DVC experiment has that name too" in done.stderr
+    missing = python(clone, "sentemb.compare", "HEAD", "no-such-exp").stderr.strip()
+    assert missing.endswith("`dvc exp pull origin no-such-exp` fetches one)")
+
+
 def test_an_experiment_name_two_experiments_share_is_one_error(repo: Path, tmp_path: Path) -> None:
     clone = clone_of(repo, tmp_path / "clone")
     refs = dict(

@@ -2,16 +2,18 @@
 they read, the commit a name stands for, and how they end.
 
 Run from any folder of a clone, each reads and writes at the repository's root, as `dvc` does;
-outside one, in one without a git commit or with a config DVC cannot read, it is one error. A name is a git revision that is a commit, or a DVC experiment's
-name, or `workspace` (the working folder, as for DVC; a branch of that name is then
-`heads/workspace`); anything else (a tree, a file, an experiment name two experiments share) is
-one error naming it, as are two names of one commit. Ctrl-C ends a command with status 130 and
-no traceback.
+outside one, in one without a git commit or with a config DVC cannot read, it is one error. A
+name is a git revision that is a commit, or a DVC experiment's name (a git revision first, as
+for DVC, with a warning where an experiment has the name too), or `workspace` (the working
+folder, as for DVC; a branch of that name is then `heads/workspace`); anything else (a tree, a
+file, an experiment name two experiments share) is one error naming it, as are two names of one
+commit. Ctrl-C ends a command with status 130 and no traceback.
 """
 
 from __future__ import annotations
 
 import logging
+import shlex
 import subprocess
 import sys
 from collections.abc import Callable
@@ -20,6 +22,7 @@ from typing import Any
 
 from sentemb.cli import run_stage
 from sentemb.config import UserError
+from sentemb.report.runs import git_remote
 
 log = logging.getLogger("review")
 WORKSPACE = "workspace"  # the working folder, as DVC names it
@@ -84,6 +87,10 @@ def resolve(name: str, dvc: Any) -> str:
 
     try:
         commit = dvc.scm.resolve_rev(name)
+        if name != WORKSPACE and resolve_name(dvc.scm, [name]).get(name) is not None:
+            log.warning("%s: read as a git revision; a DVC experiment has that name too", name)
+    except AmbiguousExpRefInfo:  # two experiments of that name, besides the git revision
+        log.warning("%s: read as a git revision; DVC experiments have that name too", name)
     except Exception:  # scmrepo's RevError: not a git revision
         try:
             ref = resolve_name(dvc.scm, [name])[name]
@@ -93,9 +100,12 @@ def resolve(name: str, dvc: Any) -> str:
                 "lists them): give the one you mean by its commit"
             ) from None
         if ref is None:
+            remote = git_remote(Path(dvc.root_dir))
             raise UserError(
                 f"{name}: neither a git revision nor a DVC experiment of this repository "
-                "(`dvc exp list` shows the experiments)"
+                f"(`dvc exp list --all-commits` lists them; `dvc exp list {remote} --all-commits`"
+                f" those of the git remote, and `dvc exp pull {remote} {shlex.quote(name)}` "
+                "fetches one)"
             ) from None
         commit = dvc.scm.get_ref(str(ref))
     kind = subprocess.run(
