@@ -318,10 +318,11 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
     if BASELINE in rows:
         simcse = rows[BASELINE][1]
         for label, (candidate, experiment, params) in list(rows.items()):
+            if label == BASELINE:
+                continue
             try:  # each row on the seeds it shares with SimCSE's
-                if label != BASELINE:
-                    pair = {BASELINE: simcse, label: experiment}
-                    versus[label] = compare(pair, BASELINE, config)[label]
+                pair = {BASELINE: simcse, label: experiment}
+                versus[label] = compare(pair, BASELINE, config)[label]
             except UserError as err:
                 del rows[label]
                 reason = f"cannot be tested against SimCSE's row: {err}"

@@ -150,11 +150,9 @@ def revision_reader(revision: str, repo: Path = Path(), label: str | None = None
     else:  # a DVC experiment's name
         pull = f"`dvc exp pull {git_remote(repo)} {quoted} -r {shlex.quote(str(remote))}`"
         again = f"run it again as a new experiment (`dvc exp apply {quoted} && dvc exp run`)"
-    get = (
-        f"get it from remote {remote!r}: {pull}"
-        if remote
-        else ("no DVC remote is configured here: add the one that holds it (`dvc remote add -d`)")
-    )
+    get = "no DVC remote is configured here: add the one that holds it (`dvc remote add -d`)"
+    if remote:
+        get = f"get it from remote {remote!r}: {pull}"
 
     def read(path: str) -> bytes:
         try:
@@ -185,11 +183,14 @@ def read_npz(read: Reader, path: str) -> dict[str, np.ndarray]:
             arrays = {name: archive[name] for name in archive.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
         raise UserError(f"{path}: not a predictions archive ({err}); it was damaged") from None
-    tasks = {name.rpartition("/")[0] for name in arrays}
-    for task in sorted(tasks):
+    for name in arrays:
+        task, _, kind = name.rpartition("/")
+        if not task or kind not in ("predicted", "gold"):
+            raise UserError(f"{path}: {name}: expected only <task>/predicted and <task>/gold")
+    for task in sorted({name.rpartition("/")[0] for name in arrays}):
         pair = [arrays.get(f"{task}/{kind}") for kind in ("predicted", "gold")]
-        if not task or set(arrays) & {task} or any(a is None for a in pair):
-            raise UserError(f"{path}: {task or '?'}: expected {task}/predicted and {task}/gold")
+        if any(a is None for a in pair):
+            raise UserError(f"{path}: {task}: expected {task}/predicted and {task}/gold")
         predicted, gold = pair
         if not all(a.ndim == 1 and a.dtype.kind == "f" and np.isfinite(a).all() for a in pair):
             raise UserError(f"{path}: {task}: expected finite numbers in one row each")
@@ -301,7 +302,7 @@ def load(read: Reader, label: str | None = None, params: dict | None = None) -> 
         row: {suite: read_scores(read, f"{folder}/{suite}.json", suite) for suite in SUITES}
         for row, folder in ((UNTRAINED, REFERENCE_DIR), (TFIDF, TFIDF_DIR))
     }
-    before = read_json(read, f"{REFERENCE_DIR}/analysis.json")
+    before = read_record(read, f"{REFERENCE_DIR}/analysis.json", "analysis")
     return Experiment(
         label or method, params, method, seeds, files, predictions, curves, singles, before
     )
