@@ -19,8 +19,9 @@ x 100). Other metrics (losses, counts, λs, alignment) are shown without a label
 the order of their file and metric.
 
 Either form reads the repository's root from any of its folders; a revision may be a DVC
-experiment's name (`sentemb.review`). A metrics file that is not valid JSON, or holds a NaN or
-an infinite number, is one error naming the revision and the file.
+experiment's name (`sentemb.review`). A metrics file that is not UTF-8 JSON, holds a NaN or an
+infinite number, a suite score that is no score x 100, or a headline value that is no number
+(which DVC would show as removed), is one error naming the revision and the file.
 """
 
 from __future__ import annotations
