@@ -28,12 +28,11 @@ from sentemb.review import WORKSPACE, commits, root, run
 from sentemb.tracking import flatten
 
 
-def stale_params(repo: Path) -> list[str]:
-    """The params (dotted keys) whose value in the workspace's params.yaml differs from the one
-    its dvc.lock records a stage ran with: the workspace's outputs are not those params'
-    results."""
+def stale_params(repo: Path, params: dict[str, Any]) -> list[str]:
+    """The params (dotted keys) whose value in the workspace's params.yaml (`params`) differs
+    from the one its dvc.lock records a stage ran with: the workspace's outputs are not those
+    params' results."""
     stages = lock_stages((repo / "dvc.lock").read_bytes())
-    params = load_params(repo / "params.yaml")
     stale = set()
     for stage in stages.values():
         ran = (stage.get("params") or {}).get("params.yaml") or {}
@@ -64,8 +63,9 @@ def experiment(name: str, repo: Path, commit: str | None) -> Experiment:
     those of its params); an error names `name` where it does not already."""
     try:
         if commit is None:
-            compare_config(load_params(repo / "params.yaml"), name)  # invalid is not stale
-            if stale := stale_params(repo):
+            params = load_params(repo / "params.yaml")
+            compare_config(params, name)  # invalid is not stale
+            if stale := stale_params(repo, params):
                 raise UserError(
                     f"params.yaml differs from what dvc.lock ran ({', '.join(stale)}), so the "
                     "workspace's outputs are not its params' results: `dvc repro` first"

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -147,7 +148,7 @@ def committed(repo: Path, revision: str | None, name: str) -> dict[tuple[str, st
     `repo`, keyed by (path, dotted key): the JSON files under metrics/ and the records of
     `SCORES`. A file that is not such JSON is an error naming `name` and the file."""
     listing = ["ls-files"] if revision is None else ["ls-tree", "-r", "--name-only", revision]
-    paths = git(repo, *listing, "--", "metrics", SCORES).split()
+    paths = os.fsdecode(git(repo, *listing, "--", "metrics", SCORES)).split()
     numbers: dict[tuple[str, str], float] = {}
     for path in (p for p in paths if p.endswith(".json")):
         where = f"{name}:{path}"
@@ -178,7 +179,11 @@ def metrics_file(repo: Path, revision: str | None, path: str, name: str) -> Any:
     value a finite number. Else one error naming `name` and the file."""
     where = f"{name}:{path}"
     try:
-        raw = (repo / path).read_bytes() if revision is None else show(repo, revision, path)
+        raw = (
+            (repo / path).read_bytes()
+            if revision is None
+            else git(repo, "show", f"{revision}:{path}")
+        )
         data = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as err:
         raise MetricsDiffError(f"{where}: not UTF-8 text ({err})") from None
@@ -217,19 +222,13 @@ def has(repo: Path, revision: str | None, path: str) -> bool:
     return subprocess.run(exists, cwd=repo, capture_output=True).returncode == 0
 
 
-def show(repo: Path, revision: str, path: str) -> bytes:
-    """The bytes of `path` at commit `revision` of `repo`, from git."""
-    result = subprocess.run(["git", "show", f"{revision}:{path}"], cwd=repo, capture_output=True)
+def git(repo: Path, *args: str) -> bytes:
+    """The output of a git command in `repo`, as bytes; one error with git's message when it
+    fails."""
+    result = subprocess.run(["git", *args], cwd=repo, capture_output=True)
     if result.returncode != 0:
-        raise MetricsDiffError(f"git show: {result.stderr.decode(errors='replace').strip()}")
-    return result.stdout
-
-
-def git(repo: Path, *args: str) -> str:
-    """The output of a git command in `repo`; one error with git's message when it fails."""
-    result = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise MetricsDiffError(f"git {args[0]}: {result.stderr.strip() or 'failed'}")
+        message = result.stderr.decode(errors="replace").strip()
+        raise MetricsDiffError(f"git {args[0]}: {message or 'failed'}")
     return result.stdout
 
 
