@@ -562,6 +562,30 @@ def test_an_experiment_that_cannot_be_read_is_left_out_not_a_stop(
     assert old["rerun"] == "dvc exp remove old-layout, or: dvc exp run --queue -S method=..."
 
 
+@pytest.mark.parametrize(
+    ("name", "label"), [("noisy-sscl", "sscl"), ("old-dclr", "dclr"), ("gone-paser", "paser")]
+)
+def test_a_removed_experiment_leaves_the_board(
+    listed: tuple[Path, dict], name: str, label: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`dvc exp remove NAME` (the advice for an experiment that cannot be read) drops its row or
+    left-out entry on the next call, although git keeps its commit until it prunes it."""
+    clone, board = listed
+    head = git(clone, "rev-parse", "HEAD")
+    sha = git(clone, "rev-parse", f"refs/exps/{head[:2]}/{head[2:]}/{name}")
+    labels = [*(r["label"] for r in board["rows"]), *(s["label"] for s in board["stale"])]
+    assert label in labels
+    removed = subprocess.run(
+        [sys.executable, "-m", "dvc", "exp", "remove", name], cwd=clone, capture_output=True
+    )
+    assert removed.returncode == 0, removed.stderr
+    assert git(clone, "cat-file", "-t", sha) == "commit"  # git still has it
+    after = rebuild(clone, monkeypatch)
+    left = [*(r["label"] for r in after["rows"]), *(s["label"] for s in after["stale"])]
+    assert left == [x for x in labels if x != label]
+    assert rebuild(clone, monkeypatch) == after
+
+
 def test_a_shorter_run_of_today_s_code_keeps_the_recorded_rows(listed: tuple[Path, dict]) -> None:
     """A new experiment on fewer seeds does not move what the kept rows were tested against
     (SimCSE's run on its own seeds, and the compare params)."""

@@ -13,7 +13,8 @@ rows the leaderboard already lists. Every row comes from the same stage code as 
 code files its dvc.lock records for train, refine, evaluate and analyze): a row of other code is
 left out and named with the command that reruns it (with its params), until a row of its label
 replaces it. Each row is tested against SimCSE's on the seeds the two share; a row that shares
-none is left out. A listed row whose commit git no longer has (an experiment of another clone)
+none is left out. A run no branch, tag or experiment holds any more (`dvc exp remove NAME`)
+leaves the board. A listed row whose commit git no longer has (an experiment of another clone)
 keeps its recorded numbers while the stage code and what its paired tests rest on (SimCSE's
 evaluate outputs on its seeds, the `compare` params) are today's; else it is left out too. Of two
 rows of one method and params, the later run is kept, and a run git has replaces a kept one.
@@ -26,6 +27,7 @@ import json
 import logging
 import math
 import shlex
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -140,9 +142,22 @@ def left_out(
     return {"label": row_label(method, params), "commit": commit, "reason": reason, "rerun": rerun}
 
 
+def reachable(repo: Path, sha: str) -> bool:
+    """Whether a branch, tag, remote branch, DVC experiment or HEAD holds commit `sha`; one
+    that none holds was removed here (`dvc exp remove`, a rewritten branch) and is kept only
+    until git prunes it."""
+    refs = ["git", "for-each-ref", "--contains", sha, "--count=1", "--format=x"]
+    held = subprocess.run(refs, cwd=repo, capture_output=True, text=True)
+    if held.returncode == 0 and held.stdout.strip():
+        return True
+    ancestor = ["git", "merge-base", "--is-ancestor", sha, "HEAD"]
+    return subprocess.run(ancestor, cwd=repo, capture_output=True).returncode == 0
+
+
 def candidates(repo: Path, commits: set[str]) -> tuple[list[Candidate], set[str]]:
-    """HEAD (first), every DVC experiment of any commit and the listed `commits` git has; and
-    the listed `commits` it no longer has."""
+    """HEAD (first), every DVC experiment of any commit and the listed `commits` a ref still
+    holds; and the listed `commits` git no longer has. A listed commit that git has but no ref
+    holds was removed here: its rows and left-out entries are dropped."""
     from dvc.repo import Repo
 
     found: dict[str, Candidate] = {}
@@ -162,6 +177,9 @@ def candidates(repo: Path, commits: set[str]) -> tuple[list[Candidate], set[str]
                     gone.add(sha)
                 else:
                     log.warning("%s: no such commit; skipped", sha)
+                continue
+            if sha not in names and sha != head and not reachable(repo, sha):
+                log.info("%s: no branch, tag or experiment holds it (removed): dropped", sha[:7])
                 continue
             found[sha] = Candidate(sha, names.get(sha), created)
     return list(found.values()), gone
