@@ -7,7 +7,8 @@ name is a git revision that is a commit, or a DVC experiment's name (a git revis
 for DVC, with a warning where an experiment has the name too), or `workspace` (the working
 folder, as for DVC; a branch of that name is then `heads/workspace`); anything else (a tree, a
 file, an experiment name two experiments share) is one error naming it, as are two names of one
-commit. Ctrl-C ends a command with status 130 and no traceback.
+commit. Ctrl-C ends a command with status 130 and no traceback once its imports are done (in
+the first second or two, while Python imports it, it prints Python's own traceback).
 """
 
 from __future__ import annotations
