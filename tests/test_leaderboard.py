@@ -632,9 +632,10 @@ def test_a_branch_named_workspace_is_reached_as_heads_workspace(
     shutil.copytree(repo, clone)
     head = git(clone, "rev-parse", "HEAD")
     git(clone, "commit", "--allow-empty", "-qm", "on a branch")
-    git(clone, "branch", "workspace")
     branch = git(clone, "rev-parse", "HEAD")
     git(clone, "update-ref", "refs/remotes/origin/workspace", branch)
+    git(clone, "pack-refs", "--all")  # listed before the loose branch, yet named after it
+    git(clone, "branch", "workspace")
     git(clone, "reset", "-q", "--hard", head)
     with caplog.at_level("WARNING", logger="review"):
         assert review.commits(("HEAD", "workspace"), clone) == [head, None]

@@ -71,13 +71,14 @@ def commits(names: tuple[str, str], repo: Path) -> list[str | None]:
 
 def named_refs(name: str, dvc: Any) -> list[str]:
     """The git branch, tag and remotes' branches called `name` (not `feature/name`), as
-    revisions that reach each (`heads/workspace`, `remotes/origin/workspace`)."""
-    return [
+    revisions that reach each (`heads/workspace`, `remotes/origin/workspace`), sorted: git
+    lists loose and packed refs in either order."""
+    return sorted(
         ref.removeprefix("refs/")
         for ref in dvc.scm.iter_refs()
         if ref in (f"refs/heads/{name}", f"refs/tags/{name}")
         or (ref.startswith("refs/remotes/") and ref.count("/") == 3 and ref.endswith(f"/{name}"))
-    ]
+    )
 
 
 def resolve(name: str, dvc: Any) -> str:
