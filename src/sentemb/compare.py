@@ -70,7 +70,7 @@ def experiment(name: str, repo: Path, commit: str | None) -> Experiment:
                     f"params.yaml differs from what dvc.lock ran ({', '.join(stale)}), so the "
                     "workspace's outputs are not its params' results: `dvc repro` first"
                 )
-            return load(folder_reader(repo), name)
+            return load(folder_reader(repo), name, params)
         return load(revision_reader(commit, repo, name), name)
     except UserError as err:
         if name in str(err):

@@ -36,7 +36,7 @@ from sentemb.cli import Parser
 from sentemb.config import UserError, run_plan, section
 from sentemb.io import atomic_path, check_output, read_json, write_json
 from sentemb.registry import SUITES
-from sentemb.report.compare import compare
+from sentemb.report.compare import compare_pair
 from sentemb.report.markdown import REFINED, leaderboard
 from sentemb.report.runs import (
     TFIDF,
@@ -339,8 +339,7 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
             if label == BASELINE:
                 continue
             try:  # each row on the seeds it shares with SimCSE's
-                pair = {BASELINE: simcse, label: experiment}
-                versus[label] = compare(pair, BASELINE, config)[label]
+                versus[label] = compare_pair(simcse, experiment, BASELINE, label, config)
             except UserError as err:
                 del rows[label]
                 reason = f"cannot be tested against SimCSE's row: {err}"
