@@ -341,7 +341,7 @@ def leaderboard(board: Mapping[str, Any]) -> str:
             f"- {s['label']} at {s['commit'][:7]}: {s['reason']}; `{s['rerun']}`"
             for s in board["stale"]
         ]
-        parts += ["## Left out (not from this code: rerun them)", "\n".join(stale)]
+        parts += ["## Left out (rerun them)", "\n".join(stale)]
     return "\n\n".join(parts) + "\n"
 
 

@@ -1,14 +1,14 @@
-"""Statistics over seeds and between methods (stage `compare`).
+"""Statistics over seeds and between two runs (`sentemb.compare`, the leaderboard, `summary`).
 
-- Per method and task: mean ± sample standard deviation over seeds.
-- Between a method and the baseline (the first of `methods`): a paired bootstrap over the test
+- Per run and task: mean ± sample standard deviation over seeds.
+- Between a run and a baseline run (SimCSE's, or revision A's): a paired bootstrap over the test
   pairs of the difference in Spearman (Efron & Tibshirani, 1993, percentile interval; paired as
-  in Koehn, 2004: both methods are scored on the same resampled pairs). Each replicate resamples
+  in Koehn, 2004: both runs are scored on the same resampled pairs). Each replicate resamples
   every task's pairs with replacement, within each subset for the pooled STS12-16 (the "all"
-  setting keeps its subsets' sizes), and scores each method by its mean Spearman over seeds; the
+  setting keeps its subsets' sizes), and scores each run by its mean Spearman over seeds; the
   suite average is the mean of the tasks' differences within a replicate. Where the interval
   covers 0 there is no significant difference at that confidence.
-- A paired t-test over seeds (seed i of one method against seed i of the other).
+- A paired t-test over seeds (seed i of one run against seed i of the other).
 - A difference of less than `compare.noise` score points is noise whatever the tests say: the
   same run on another CPU, bf16 kernel or GPU moves scores by up to about that much (README).
 """
