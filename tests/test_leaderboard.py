@@ -107,6 +107,7 @@ def test_compare_tests_an_experiment_against_a_revision(repo: Path) -> None:
         (["HEAD", "--noise=-1"], "error: argument --noise:"),
         (["HEAD:params.yaml", "HEAD"], "error: HEAD:params.yaml: a git blob, not a commit"),
         (["HEAD^{tree}", "HEAD"], "error: HEAD^{tree}: a git tree, not a commit"),
+        (["refs/heads/mian", "HEAD"], "error: refs/heads/mian: neither a git revision nor a"),
     ],
 )
 def test_compare_refuses_in_one_line(repo: Path, args: list[str], message: str) -> None:
@@ -470,6 +471,13 @@ def damaged(board: dict) -> list[tuple[str, str]]:
         broken = {k: v for k, v in row.items() if k != key}
         cases.append((json.dumps(board | {"rows": [broken]}), f"rows[0].{key}: missing"))
     cases.append((json.dumps(board | {"rows": [row | {"params": None}]}), "rows[0].params: None"))
+    for commit in ("main", "HEAD", row["commit"][:7]):  # a name would move; a row ran at one commit
+        cases.append((json.dumps(board | {"rows": [row | {"commit": commit}]}), "rows[0].commit: "))
+    half = row | {"versus": {"sts": row["versus"]["sts"] | {"low": 1.0, "high": None}}}
+    cases.append((json.dumps(board | {"rows": [half]}), "rows[0].versus.sts: an interval needs"))
+    for key in ("STS", "sts/foo", "nope"):  # a suite row the report cannot place
+        broken = row | {"versus": {key: row["versus"]["sts"]}}
+        cases.append((json.dumps(board | {"rows": [broken]}), f"rows[0].versus.{key}: not a"))
     sts, versus = row["scores"]["sts"], row["versus"]["sts"]
     for name, entry, field, value in (
         ("scores", sts, "mean", "76.3"),
@@ -519,6 +527,20 @@ def test_the_board_is_the_repository_s_from_any_of_its_folders(
     assert json.loads((clone / "reports" / "leaderboard.json").read_text()) == board
     report = (clone / "reports" / "leaderboard.md").read_text()
     assert report.splitlines()[0] == leaderboard_module.TITLE
+
+
+def test_a_folder_at_the_json_path_is_refused_before_the_board_is_built(
+    listed: tuple[Path, dict],
+) -> None:
+    clone, _ = listed
+    (clone / "reports" / "board").mkdir()
+    done = python(clone, "sentemb.leaderboard", "--json", "reports/board")
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "it would replace a folder" in done.stderr.strip().splitlines()[-1]
+    with pytest.raises(OSError, match="it would replace a folder"):  # with the report, first
+        leaderboard_module.check_outputs(
+            clone / "reports" / "board", clone / leaderboard_module.REPORT
+        )
 
 
 @pytest.mark.parametrize("kind", ["link", "other file", "folder"])

@@ -156,10 +156,22 @@ def test_metrics_diff_in_a_git_and_dvc_repo(tmp_path: Path) -> None:
     (tmp_path / "sub").mkdir()  # from any folder of the repository: the same diff
     assert metrics_diff(tmp_path / "sub", "--all").stdout.splitlines() == detailed
 
+    for odd in ("my run.json", "é.json"):  # git quotes such names unless asked for -z
+        (tmp_path / "metrics" / odd).write_text('{"avg": 12.5}')
+        git("add", f"metrics/{odd}")
+        rows = metrics_diff(tmp_path, "--all").stdout.splitlines()
+        assert f"| metrics/{odd} | avg | - | 12.5 | - |  |" in rows, rows
+        git("rm", "-q", "--cached", f"metrics/{odd}")
+        (tmp_path / "metrics" / odd).unlink()
+
     unknown = "error: no-such-rev: neither a git revision nor a DVC experiment"
     for args, message, status in (
         (["no-such-rev"], unknown, 1),
         (["no-such-rev", "--all"], unknown, 1),
+        *(  # a `refs/` name DVC cannot parse as an experiment's, or an experiment not there
+            ([name], f"error: {name}: neither a git revision nor a DVC experiment", 1)
+            for name in ("refs/heads/mian", "refs/exps", "refs/exps/ab/cdef/nope", "refs/x/y/z")
+        ),
         (["HEAD", "HEAD~0", "--all"], "error: HEAD and HEAD~0: one revision (both ", 1),
         (["HEAD:params.yaml"], "error: HEAD:params.yaml: a git blob, not a commit", 1),
         (["--noise", "-1"], "error: argument --noise: must be a finite number >= 0", 2),

@@ -26,6 +26,7 @@ import hashlib
 import json
 import logging
 import math
+import re
 import shlex
 import subprocess
 from dataclasses import dataclass
@@ -268,6 +269,8 @@ def board_problem(board: Any) -> str | None:
             return f"{where.rstrip('.') or 'the file'}: not a mapping"
         if problem := missing(entry, fields):
             return where + problem
+        if "commit" in fields and not re.fullmatch("[0-9a-f]{40}", entry["commit"]):
+            return f"{where}commit: {entry['commit']!r} is not a full commit hash"
         if fields is ROW_FIELDS and (problem := numbers_problem(entry)):
             return where + problem
     return None
@@ -278,6 +281,8 @@ def numbers_problem(row: dict[str, Any]) -> str | None:
     tests per suite row), said with its key, or None."""
     for name, checks in (("scores", SCORE_CHECKS), ("versus", VERSUS_CHECKS)):
         for key, entry in row[name].items():
+            if key not in ROWS:
+                return f"{name}.{key}: not a suite row; rows are {ROWS}"
             if not isinstance(entry, dict):
                 return f"{name}.{key}: not a mapping"
             for field, check in checks.items():
@@ -285,6 +290,8 @@ def numbers_problem(row: dict[str, Any]) -> str | None:
                     return f"{name}.{key}.{field}: missing"
                 if not check(entry[field]):
                     return f"{name}.{key}.{field}: {entry[field]!r} is not what a board holds"
+            if name == "versus" and (entry["low"] is None) != (entry["high"] is None):
+                return f"{name}.{key}: an interval needs both low and high, or neither"
     return None
 
 
@@ -396,6 +403,7 @@ def check_outputs(out: Path, report: Path) -> None:
     leaderboard (its first line `TITLE`): a user's notes or a tracked file given to `--report`
     by mistake. (A JSON that is no board is refused when `listed` reads it.)"""
     check_output(report)
+    check_output(out)
     for path, flag in ((report, "--report"), (out, "--json")):
         if path.is_symlink():
             raise UserError(f"{path}: a link: not replaced by the leaderboard; give another {flag}")

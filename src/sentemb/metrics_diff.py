@@ -147,8 +147,10 @@ def committed(repo: Path, revision: str | None, name: str) -> dict[tuple[str, st
     """Every committed number at commit `revision` (None: the workspace's files git tracks) of
     `repo`, keyed by (path, dotted key): the JSON files under metrics/ and the records of
     `SCORES`. A file that is not such JSON is an error naming `name` and the file."""
-    listing = ["ls-files"] if revision is None else ["ls-tree", "-r", "--name-only", revision]
-    paths = os.fsdecode(git(repo, *listing, "--", "metrics", SCORES)).split()
+    listing = (
+        ["ls-files", "-z"] if revision is None else ["ls-tree", "-rz", "--name-only", revision]
+    )
+    paths = os.fsdecode(git(repo, *listing, "--", "metrics", SCORES)).split("\0")
     numbers: dict[tuple[str, str], float] = {}
     for path in (p for p in paths if p.endswith(".json")):
         where = f"{name}:{path}"

@@ -84,7 +84,7 @@ def named_refs(name: str, dvc: Any) -> list[str]:
 def resolve(name: str, dvc: Any) -> str:
     """The commit `name` stands for in the open DVC repository `dvc`: a git revision, else a
     DVC experiment's name."""
-    from dvc.repo.experiments.exceptions import AmbiguousExpRefInfo
+    from dvc.repo.experiments.exceptions import AmbiguousExpRefInfo, InvalidExpRefError
     from dvc.repo.experiments.utils import resolve_name
 
     try:
@@ -96,12 +96,15 @@ def resolve(name: str, dvc: Any) -> str:
     except Exception:  # scmrepo's RevError: not a git revision
         try:
             ref = resolve_name(dvc.scm, [name])[name]
+        except InvalidExpRefError:  # `refs/...` that is neither a git ref nor an experiment's
+            ref = None
         except AmbiguousExpRefInfo:
             raise UserError(
                 f"{name}: names more than one DVC experiment (`dvc exp list --all-commits` "
                 "lists them): give the one you mean by its commit"
             ) from None
-        if ref is None:
+        commit = None if ref is None else dvc.scm.get_ref(str(ref))  # None: a ref not there
+        if commit is None:
             remote = git_remote(Path(dvc.root_dir))
             raise UserError(
                 f"{name}: neither a git revision nor a DVC experiment of this repository "
@@ -109,7 +112,6 @@ def resolve(name: str, dvc: Any) -> str:
                 f" those of the git remote, and `dvc exp pull {remote} {shlex.quote(name)}` "
                 "fetches one)"
             ) from None
-        commit = dvc.scm.get_ref(str(ref))
     kind = subprocess.run(
         ["git", "cat-file", "-t", commit], cwd=dvc.root_dir, capture_output=True, text=True
     ).stdout.strip()
