@@ -188,13 +188,27 @@ def test_an_experiment_name_two_experiments_share_is_one_error(repo: Path, tmp_p
     sscl = next(sha for ref, sha in refs.items() if ref.endswith("/noisy-sscl"))
     other = next(sha for ref, sha in refs.items() if ref.endswith("/old-dclr"))
     experiment_ref(clone, other, sscl, "noisy-sscl")  # the same name on another baseline
-    git(clone, "commit", "-q", "--allow-empty", "-m", "HEAD is neither baseline")
-    done = python(clone, "sentemb.compare", "HEAD", "noisy-sscl")
-    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
-    assert done.stderr.strip().splitlines()[-1] == (
+    message = (
         "error: noisy-sscl: names more than one DVC experiment (`dvc exp list --all-commits` "
         "lists them): give the one you mean by its commit"
     )
+    for head in ("HEAD is one baseline (DVC would pick its)", "HEAD is neither baseline"):
+        done = python(clone, "sentemb.compare", "HEAD", "noisy-sscl")
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+        assert done.stderr.strip().splitlines()[-1] == message, head
+        git(clone, "commit", "-q", "--allow-empty", "-m", "HEAD is neither baseline")
+
+
+def test_a_tag_and_a_branch_of_one_name_read_as_the_tag_with_a_warning(
+    repo: Path, tmp_path: Path
+) -> None:
+    clone = clone_of(repo, tmp_path / "clone")
+    git(clone, "commit", "-q", "--allow-empty", "-m", "a second commit")
+    git(clone, "tag", "twin", "HEAD~1")
+    git(clone, "branch", "twin", "HEAD")
+    done = python(clone, "sentemb.metrics_diff", "twin", "HEAD")
+    assert "twin: read as the tag, as git does; the branch is heads/twin" in done.stderr
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_a_workspace_whose_params_are_not_its_outputs_is_refused(

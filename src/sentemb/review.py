@@ -3,12 +3,14 @@ they read, the commit a name stands for, and how they end.
 
 Run from any folder of a clone, each reads and writes at the repository's root, as `dvc` does;
 outside one, in one without a git commit or with a config DVC cannot read, it is one error. A
-name is a git revision that is a commit, or a DVC experiment's name (a git revision first, as
-for DVC, with a warning where an experiment has the name too), or `workspace` (the working
-folder, as for DVC; a branch of that name is then `heads/workspace`); anything else (a tree, a
-file, an experiment name two experiments share) is one error naming it, as are two names of one
-commit. Ctrl-C ends a command with status 130 and no traceback once its imports are done (in
-the first second or two, while Python imports it, it prints Python's own traceback).
+name is a git revision that is a commit (a tag before a branch of its name, as for git, with a
+warning), or a DVC experiment's name (a git revision first, as for DVC, with a warning where an
+experiment has the name too), or `workspace` (the working folder, as for DVC; a branch of
+that name is then `heads/workspace`); anything else (a tree, a file, an experiment name two
+experiments share, even where DVC would pick the one based on HEAD) is one error naming it, as
+are two names of one commit. Ctrl-C ends a command with status 130 and no traceback once its
+imports are done (in the first second or two, while Python imports it, it prints Python's own
+traceback).
 """
 
 from __future__ import annotations
@@ -91,14 +93,18 @@ def resolve(name: str, dvc: Any) -> str:
         commit = dvc.scm.resolve_rev(name)
         if name != WORKSPACE and resolve_name(dvc.scm, [name]).get(name) is not None:
             log.warning("%s: read as a git revision; a DVC experiment has that name too", name)
+        if {"heads/" + name, "tags/" + name} <= set(named_refs(name, dvc)):
+            log.warning("%s: read as the tag, as git does; the branch is heads/%s", name, name)
     except AmbiguousExpRefInfo:  # two experiments of that name, besides the git revision
         log.warning("%s: read as a git revision; DVC experiments have that name too", name)
     except Exception:  # scmrepo's RevError: not a git revision
+        # DVC reads a name two experiments share as the one based on HEAD, if one is
+        shared = [r for r in dvc.scm.iter_refs(base="refs/exps/") if r.endswith("/" + name)]
         try:
             ref = resolve_name(dvc.scm, [name])[name]
-        except InvalidExpRefError:  # `refs/...` that is neither a git ref nor an experiment's
+        except (InvalidExpRefError, AmbiguousExpRefInfo):  # a bad `refs/...`; `shared` says
             ref = None
-        except AmbiguousExpRefInfo:
+        if len(shared) > 1:
             raise UserError(
                 f"{name}: names more than one DVC experiment (`dvc exp list --all-commits` "
                 "lists them): give the one you mean by its commit"
