@@ -180,6 +180,16 @@ def test_metrics_diff_in_a_git_and_dvc_repo(tmp_path: Path) -> None:
         assert failed.returncode == status and failed.stdout == ""
         assert failed.stderr.startswith(message) and len(failed.stderr.splitlines()) == 1
 
+    full = (
+        subprocess.run(
+            ["git", "rev-parse", "--symbolic-full-name", "HEAD"], cwd=tmp_path, capture_output=True
+        )
+        .stdout.decode()
+        .strip()
+    )  # refs/heads/<its branch>: a git revision, not an experiment
+    same = metrics_diff(tmp_path, full).stdout.replace(full, "HEAD")
+    assert same == metrics_diff(tmp_path, "HEAD").stdout
+
     # a damaged file is one error naming it, never metrics shown as removed
     scores.write_text("{}")
     failed = metrics_diff(tmp_path, "--all")

@@ -86,43 +86,52 @@ def named_refs(name: str, dvc: Any) -> list[str]:
 def resolve(name: str, dvc: Any) -> str:
     """The commit `name` stands for in the open DVC repository `dvc`: a git revision, else a
     DVC experiment's name."""
-    from dvc.repo.experiments.exceptions import AmbiguousExpRefInfo, InvalidExpRefError
-    from dvc.repo.experiments.utils import resolve_name
-
     try:
         commit = dvc.scm.resolve_rev(name)
-        if name != WORKSPACE and resolve_name(dvc.scm, [name]).get(name) is not None:
+    except Exception:  # scmrepo's RevError: not a git revision
+        commit = experiment(name, dvc)
+    else:
+        if name != WORKSPACE and experiments_named(name, dvc):
             log.warning("%s: read as a git revision; a DVC experiment has that name too", name)
         if {"heads/" + name, "tags/" + name} <= set(named_refs(name, dvc)):
             log.warning("%s: read as the tag, as git does; the branch is heads/%s", name, name)
-    except AmbiguousExpRefInfo:  # two experiments of that name, besides the git revision
-        log.warning("%s: read as a git revision; DVC experiments have that name too", name)
-    except Exception:  # scmrepo's RevError: not a git revision
-        # DVC reads a name two experiments share as the one based on HEAD, if one is
-        shared = [r for r in dvc.scm.iter_refs(base="refs/exps/") if r.endswith("/" + name)]
-        try:
-            ref = resolve_name(dvc.scm, [name])[name]
-        except (InvalidExpRefError, AmbiguousExpRefInfo):  # a bad `refs/...`; `shared` says
-            ref = None
-        if len(shared) > 1:
-            raise UserError(
-                f"{name}: names more than one DVC experiment (`dvc exp list --all-commits` "
-                "lists them): give the one you mean by its commit"
-            ) from None
-        commit = None if ref is None else dvc.scm.get_ref(str(ref))  # None: a ref not there
-        if commit is None:
-            remote = git_remote(Path(dvc.root_dir))
-            raise UserError(
-                f"{name}: neither a git revision nor a DVC experiment of this repository "
-                f"(`dvc exp list --all-commits` lists them; `dvc exp list {remote} --all-commits`"
-                f" those of the git remote, and `dvc exp pull {remote} {shlex.quote(name)}` "
-                "fetches one)"
-            ) from None
     kind = subprocess.run(
         ["git", "cat-file", "-t", commit], cwd=dvc.root_dir, capture_output=True, text=True
     ).stdout.strip()
     if kind != "commit":
         raise UserError(f"{name}: a git {kind or 'object'}, not a commit")
+    return commit
+
+
+def experiments_named(name: str, dvc: Any) -> list[str]:
+    """The refs of the DVC experiments called `name`, on any baseline."""
+    return [r for r in dvc.scm.iter_refs(base="refs/exps/") if r.endswith("/" + name)]
+
+
+def experiment(name: str, dvc: Any) -> str:
+    """The commit of the one DVC experiment called `name` (DVC itself would read a name two
+    experiments share as the one based on HEAD, if one is); else one error."""
+    from dvc.repo.experiments.exceptions import AmbiguousExpRefInfo, InvalidExpRefError
+    from dvc.repo.experiments.utils import resolve_name
+
+    if len(experiments_named(name, dvc)) > 1:
+        raise UserError(
+            f"{name}: names more than one DVC experiment (`dvc exp list --all-commits` "
+            "lists them): give the one you mean by its commit"
+        )
+    try:
+        ref = resolve_name(dvc.scm, [name])[name]
+    except (InvalidExpRefError, AmbiguousExpRefInfo):  # a `refs/...` that is not an experiment's
+        ref = None
+    commit = None if ref is None else dvc.scm.get_ref(str(ref))  # None: a ref not there
+    if commit is None:
+        remote = git_remote(Path(dvc.root_dir))
+        raise UserError(
+            f"{name}: neither a git revision nor a DVC experiment of this repository "
+            f"(`dvc exp list --all-commits` lists them; `dvc exp list {remote} --all-commits`"
+            f" those of the git remote, and `dvc exp pull {remote} {shlex.quote(name)}` "
+            "fetches one)"
+        )
     return commit
 
 
