@@ -402,9 +402,8 @@ def check_outputs(out: Path, report: Path) -> None:
     """Refuse to write the board over a link, or the report over a file that is not a
     leaderboard (its first line `TITLE`): a user's notes or a tracked file given to `--report`
     by mistake. (A JSON that is no board is refused when `listed` reads it.)"""
-    check_output(report)
-    check_output(out)
     for path, flag in ((report, "--report"), (out, "--json")):
+        check_output(path)
         if path.is_symlink():
             raise UserError(f"{path}: a link: not replaced by the leaderboard; give another {flag}")
     if report.is_file():
