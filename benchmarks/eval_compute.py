@@ -8,8 +8,8 @@ Runs the pipeline's own code for one trained run (`--run`, default the first met
 with `Encoder.forward` replaced by a counter that records the shape of every batch the encoder
 is given and returns random states: stage `refine` (`fit_refinements`), stage `evaluate` (every
 suite, plain and refined, in one process as the stage does) and stage `analyze`; the transfer
-classifiers, which encode nothing, are stubbed. Training is counted from its trainer's own
-batches (`Trainer.batch_sentences`, tokenized as a step does, both dropout views in one forward)
+classifiers, which encode nothing, are stubbed. Training is counted from its trainer's batches
+(`train_step.epoch_batches`, tokenized at `train.max_length`, both dropout views in one forward)
 and its STS-B dev scorings (as many as `dev_curve.json` has points, plus the untrained one).
 The FLOPs of a BERT forward of B rows padded to L tokens are, per layer, 2·B·L·(4H² + 2H·I)
 for the projections and the feed-forward plus 4·B·L²·H for attention (H hidden, I intermediate
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -30,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from train_step import pipeline_trainer
+from train_step import epoch_batches
 from transformers import AutoConfig, PretrainedConfig
 
 import sentemb.evaluation.transfer as transfer
@@ -170,13 +169,17 @@ def count_training(counted: Counted, params: dict, data: Path, run: str) -> int:
         for _ in range(scorings):
             dev(encoder)
     sentences = list(training_corpus(data, config.corpus))  # what stage train reads
-    with tempfile.TemporaryDirectory() as checkpoints:
-        trainer = pipeline_trainer(params, "simcse", config, sentences, Path(checkpoints))
-        for step in range(trainer.total_steps):
-            mask = trainer.tokenize(trainer.batch_sentences(step))["attention_mask"]
-            rows, width = mask.shape  # both dropout views go through one forward
-            counted.shapes[TRAIN_STEPS].append((2 * rows, width, 2 * int(mask.sum())))
-    return trainer.total_steps
+    encoder = Encoder.from_pretrained(str(ROOT / "models" / run), config.eval_pooler)
+    seed = int(run) if run.isdigit() else params["seeds"][0]
+    per_epoch = len(sentences) // config.batch_size
+    steps = config.max_steps or config.epochs * per_epoch
+    for step in range(steps):
+        epoch, index = divmod(step, per_epoch)
+        batch = epoch_batches(sentences, config.batch_size, seed, epoch)[index]
+        mask = encoder.tokenize(batch, config.max_length)["attention_mask"]
+        rows, width = mask.shape  # both dropout views go through one forward
+        counted.shapes[TRAIN_STEPS].append((2 * rows, width, 2 * int(mask.sum())))
+    return steps
 
 
 def summarise(counted: Counted, config: PretrainedConfig, run: str, steps: int) -> dict:

@@ -18,16 +18,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import time
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
 from collect import machine
 from eval_compute import gflops
-from train_step import CORPUS, WARMUP, floor_step, pipeline_trainer, step_gflops, timed
+from train_step import CORPUS, WARMUP, epoch_batches, floor_step, step_gflops, timed
 
 from sentemb.config import load_params, run_plan, section
 from sentemb.data.readers import read_corpus, read_stsb
@@ -42,12 +40,10 @@ TARGET_MINUTES = 45
 def train_rate(params: dict, steps: int, rounds: int) -> float:
     """GFLOP/s of the bare training step, the best of `rounds` means of `steps` steps."""
     model = section(params, "model", ModelConfig).name_or_path
-    config = replace(section(params, "train", TrainConfig), max_steps=1000, checkpoint_steps=10**9)
+    config = section(params, "train", TrainConfig)
     calls = WARMUP + steps + 1
     sentences = list(read_corpus(CORPUS, limit=config.batch_size * calls))
-    with tempfile.TemporaryDirectory() as checkpoints:
-        order = pipeline_trainer(params, "simcse", config, sentences, Path(checkpoints))
-        batches = [order.batch_sentences(i) for i in range(calls)]
+    batches = epoch_batches(sentences, config.batch_size, params["seeds"][0])
     tau = params.get("simcse", {}).get("temperature", 0.05)
     torch.manual_seed(params["seeds"][0])
     encoder = Encoder.from_pretrained(model, config.pooler, None, False, config.precision)

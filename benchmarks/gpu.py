@@ -1,70 +1,75 @@
-"""Every method on a CUDA device: training steps per second, peak GPU memory, a short training.
+"""The papers' training setting on a CUDA device: each method's step through the train stage's
+trainer, beside the bare floor, the stock sentence-transformers recipe and the device's peak.
 
-    python benchmarks/gpu.py                                  # all five methods, bf16 autocast
-    python benchmarks/gpu.py --methods simcse paser --steps 20 --train-steps 0
-    python benchmarks/gpu.py --shape bert-base --corpus-size 1000000 --steps 300 \
-        --methods simcse sscl iscse dclr paser iscse+dclr --out benchmarks/gpu_bert_base.json
+    python benchmarks/gpu.py                                   # BERT-base shape, every method
+    python benchmarks/gpu.py --methods simcse paser --steps 20 --loop-steps 0
+    python benchmarks/gpu.py --processes 1 2 4 8               # DDP scaling, where lent 8 GPUs
 
-For each of `--methods`, the pipeline's trainer (`pipeline_trainer` of train_step.py) on
-`model.name_or_path` of `--params` (all-MiniLM-L6-v2 by default), with the batch size and max
-length of `train` and `--precision` autocast (bf16 by default), on `--corpus`. `--shape bert-base`
-trains the papers' backbone shape instead: a BERT built from transformers' `BertConfig` defaults
-(bert-base-uncased's 12 layers, hidden size 768, 12 heads, 110M parameters) with random weights
-and the tokenizer of `model.name_or_path` (all-MiniLM-L6-v2's is bert-base-uncased's WordPiece
-vocabulary). `--corpus-size N` cycles the corpus to N sentences (SimCSE's wiki1m has 1,000,000),
-so that an epoch has the papers' number of steps. Measured:
+The papers' setting: a BERT-base-shaped model (`BertConfig`'s defaults: 12 layers, hidden 768,
+110M weights) with random weights and the tokenizer of `model.name_or_path` (bert-base-uncased's
+vocabulary), batch 64, max length 32, bf16 autocast, the mirror's Wikipedia head cycled to
+`--corpus-size` sentences (SimCSE's wiki1m: 1,000,000). Measured in one run, on one GPU:
 
-* steps: two warm-up steps, then `--steps` timed steps, each ended by `torch.cuda.synchronize()`
-  so that it times the GPU's work; peak memory is `torch.cuda.max_memory_allocated` over them
-  (weights, AdamW state, activations);
-* training: a fresh trainer's `Trainer.train` (the loop of stage `train`) for `--train-steps`
-  steps, scored on STS-B dev of `--data` at the middle and at the end, with a checkpoint at the
-  middle: every step's loss must be finite, else the script exits with 1. The dtype of the
-  training head's output under the trainer's autocast shows that the AMP path ran. The loop's
-  other work is timed apiece: a dev scoring, a checkpoint (`last`: weights, AdamW state, random
-  states), a save of the best model; seconds per step leave them out, not the first steps' CUDA
-  start-up;
-* one epoch, estimated: the trainer's steps per epoch (`--corpus-size` / batch) times the median
-  timed step, plus, where the short training ran, the dev scorings (every `train.eval_steps`),
-  checkpoints (every `train.checkpoint_steps`) and best-model saves the loop makes in it, the
-  saves counted as if every scoring found a new best (an upper bound).
+* peak: the best of bf16 matmuls of 8192 x 8192 (TFLOP/s), the denominator of MFU;
+* tokenize: the corpus tokenized once, as the train stage does (`training.data`);
+* floor: `train_step.floor_step` on one pre-tokenized batch (InfoNCE inline, fused AdamW, no
+  checks), eager and compiled (inductor); its FLOPs per step (forward and backward) over time
+  x peak are the MFU of every row;
+* sentence-transformers: `train_step.sentence_transformers_seconds` (MultipleNegativesRankingLoss
+  on (s, s), default arguments plus bf16);
+* each method: `train_step.pipeline_seconds` (the trainer with `train`'s defaults: compiled on
+  CUDA, 4 data loader workers, pinned memory, fused AdamW), `--steps` timed steps in one window
+  ended by a synchronisation; peak memory;
+* the loop: SimCSE for `--loop-steps` steps at the stage's defaults (STS-B dev every 125 steps,
+  a checkpoint every 2 minutes, a log line every 10), whose wall time beyond its steps' is the
+  loop's share; with the tokenizing, the dev scorings and checkpoints it gives one epoch;
+* `--processes`: SimCSE's sentences per second with 64 per GPU under torchrun (DDP), each
+  against one process.
 
 Without a CUDA device it records {"skipped": "no CUDA device"}, unless `--out` already holds a
-GPU measurement, which it keeps. Writes `benchmarks/gpu.json`.
+GPU measurement, which it keeps. Writes `benchmarks/gpu.json` after each part.
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
-import itertools
 import json
 import math
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import torch
 from collect import machine
-from train_step import CORPUS, ROOT, pipeline_trainer, timed
+from train_step import (
+    CORPUS,
+    ROOT,
+    bench_job,
+    cycled,
+    epoch_batches,
+    floor_step,
+    pipeline_seconds,
+    sentence_transformers_seconds,
+    step_gflops,
+    window,
+)
 
 from sentemb.config import load_params, section
-from sentemb.data.readers import read_corpus
-from sentemb.encoder import autocast, autocast_dtype
+from sentemb.encoder import Encoder
 from sentemb.model_config import ModelConfig
 from sentemb.model_files import resolve_model
 from sentemb.registry import METHODS
 from sentemb.training.config import TrainConfig
+from sentemb.training.data import training_dataset
 from sentemb.training.run import dev_scorer
 
 MIRROR = (ROOT / "../shared/datasets").resolve()
-SHAPES = ("model", "bert-base")  # the params' model with its weights | BERT-base, random weights
 
 
 def random_bert_base(tokenizer_from: str, folder: Path) -> str:
@@ -79,150 +84,136 @@ def random_bert_base(tokenizer_from: str, folder: Path) -> str:
     return str(folder)
 
 
-def cycled(path: Path, size: int | None) -> list[str]:
-    """The sentences of the corpus at `path`, repeated in order up to `size` (None: as they are)."""
-    sentences = list(read_corpus(path))
-    return sentences if size is None else list(itertools.islice(itertools.cycle(sentences), size))
-
-
-def timing(function: Callable[..., Any], seconds: list[float]) -> Callable[..., Any]:
-    """`function`, appending the seconds of each call to `seconds`."""
-
-    def timed_call(*args: Any, **kwargs: Any) -> Any:
+def matmul_peak(size: int = 8192, repeats: int = 20) -> float:
+    """The device's bf16 matmul rate, TFLOP/s: the best of `repeats` products of two
+    `size` x `size` matrices."""
+    a, b = (torch.randn(size, size, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    best = math.inf
+    for _ in range(repeats):
+        torch.cuda.synchronize()
         started = time.perf_counter()
-        try:
-            return function(*args, **kwargs)
-        finally:
-            torch.cuda.synchronize()
-            seconds.append(time.perf_counter() - started)
-
-    return timed_call
+        a @ b
+        torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - started)
+    return 2 * size**3 / best / 1e12
 
 
-def fresh_peak() -> float:
-    """Free what earlier trainers left and restart the peak count; MiB still allocated."""
-    gc.collect()
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    return torch.cuda.memory_allocated() / 2**20
+def floors(params: dict, config: TrainConfig, sentences: list[str], steps: int) -> dict:
+    """The floor eager and compiled, on the first batch tokenized once, with its GFLOP/step."""
+    tau = params.get("simcse", {}).get("temperature", 0.05)
+    batch = epoch_batches(sentences[: config.batch_size * 2], config.batch_size, 0)[:1]
+    model = section(params, "model", ModelConfig).name_or_path
+    rows: dict[str, Any] = {}
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        encoder = Encoder.from_pretrained(model, config.pooler, None, False, config.precision)
+        step = floor_step(encoder, config, batch, tau, compiled)
+        started = time.perf_counter()
+        name = "floor_compiled" if compiled else "floor"
+        rows[name] = {"mean": window(step, steps)}
+        rows[name]["wall_seconds"] = time.perf_counter() - started  # compiling included
+        if not compiled:
+            rows[name]["gflops"] = step_gflops(step, 0)
+    return rows
 
 
-def timed_steps(
-    params: dict, method: str, config: TrainConfig, sentences: list[str], steps: int
-) -> dict[str, Any]:
-    """Seconds per synchronised training step and peak allocated GPU memory of `method`, and the
-    steps of one epoch of `sentences`."""
-    config = replace(config, max_steps=10**6, checkpoint_steps=10**9)
-    before = fresh_peak()
-    with tempfile.TemporaryDirectory() as checkpoints:
-        trainer = pipeline_trainer(params, method, config, sentences, Path(checkpoints))
+def loop(params: dict, sentences: list[str], steps: int, data: Path, folder: Path) -> dict:
+    """SimCSE for `steps` steps at the stage's defaults (dev scorings, checkpoints, logs): the
+    wall time, and each dev scoring's and checkpoint's seconds."""
+    from transformers import TrainerCallback
 
-        def step(i: int) -> None:
-            trainer.step(i)
-            torch.cuda.synchronize()
-
-        seconds = timed(step, steps)
-    return {
-        "steps": steps,
-        "steps_per_epoch": trainer.steps_per_epoch,
-        "median_seconds_per_step": statistics.median(seconds),
-        "steps_per_second": steps / sum(seconds),
-        "peak_memory_mib": torch.cuda.max_memory_allocated() / 2**20,
-        "memory_before_mib": before,
-        "seconds": seconds,
-    }
-
-
-def short_training(
-    params: dict, method: str, config: TrainConfig, sentences: list[str], data: Path, steps: int
-) -> dict[str, Any]:
-    """`Trainer.train` for `steps` steps with dev scoring: losses, dev scores, time, memory, and
-    the seconds of each dev scoring, checkpoint and best-model save."""
-    half = max(1, steps // 2)
-    config = replace(config, max_steps=steps, eval_steps=half, checkpoint_steps=half, log_steps=1)
+    job = bench_job(params, "simcse", sentences, folder / "ck")
+    config = job.config
+    job.config.max_steps = steps
     dev = dev_scorer(data, section(params, "model", ModelConfig).batch_size, config.selection)
-    dev_seconds: list[float] = []
-    checkpoint_seconds: list[float] = []
-    save_seconds: list[float] = []
-    before = fresh_peak()
-    with tempfile.TemporaryDirectory() as folder:
-        trainer = pipeline_trainer(params, method, config, sentences, Path(folder) / "ck")
-        trainer.evaluate = timing(lambda encoder: dev(encoder)["STSBenchmark/dev"], dev_seconds)
-        trainer._checkpoint = timing(trainer._checkpoint, checkpoint_seconds)
-        trainer.save_best = timing(trainer.save_best, save_seconds)
-        torch.cuda.synchronize()
-        started = time.perf_counter()
-        result = trainer.train(Path(folder) / "model")
-        torch.cuda.synchronize()
-        seconds = time.perf_counter() - started
-        with torch.no_grad(), autocast(config.precision, trainer.device):
-            batch = trainer.tokenize(sentences[:2])
-            pooled = trainer.encoder(batch["input_ids"], batch["attention_mask"]).pooled
-            head_dtype = trainer.head(pooled).dtype
-    losses = [point["loss"] for point in result.loss_curve]
+    job.dev = dev
+    spent: dict[str, list[float]] = {"dev": [], "checkpoint": []}
+    marks: dict[str, float] = {}
+
+    class Spent(TrainerCallback):
+        """The seconds from a step's end to its dev score, and on to its checkpoint."""
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            marks["last"] = time.perf_counter()
+
+        def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            spent["dev"].append(time.perf_counter() - marks["last"])
+            marks["last"] = time.perf_counter()
+
+        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            spent["checkpoint"].append(time.perf_counter() - marks["last"])
+
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    job.train(folder / "model", folder / "ck", callbacks=[Spent()])
+    torch.cuda.synchronize()
     return {
-        "steps": result.steps,
-        "sentences": len(sentences),
-        "device": str(next(trainer.encoder.parameters()).device),
-        "autocast": str(autocast_dtype(config.precision, trainer.device)),
-        "head_dtype_under_autocast": str(head_dtype),
-        "grad_scaler": trainer.scaler.is_enabled(),
-        "losses_finite": all(math.isfinite(loss) for loss in losses),
-        "first_loss": losses[0],
-        "final_loss": losses[-1],
-        "dev_curve": result.dev_curve,
-        "best_dev": result.best_score,
-        "train_seconds": seconds,
-        "dev_seconds": sum(dev_seconds),
-        "seconds_per_step": (seconds - sum(dev_seconds + checkpoint_seconds + save_seconds))
-        / result.steps,
-        "seconds_per_dev_scoring": statistics.mean(dev_seconds),
-        "seconds_per_checkpoint": statistics.mean(checkpoint_seconds),
-        "seconds_per_best_save": statistics.mean(save_seconds),
-        "peak_memory_mib": torch.cuda.max_memory_allocated() / 2**20,
-        "memory_before_mib": before,
-        "loss_curve": losses,
-    }
-
-
-def epoch_estimate(row: dict[str, Any], config: TrainConfig) -> dict[str, Any]:
-    """Seconds of one epoch: its steps at the median timed step, plus (with a short training)
-    the loop's dev scorings, checkpoints and best-model saves in it (every scoring a new best)."""
-    steps = row["steps"]["steps_per_epoch"]
-    estimate: dict[str, Any] = {
         "steps": steps,
-        "step_seconds": steps * row["steps"]["median_seconds_per_step"],
+        "wall_seconds": time.perf_counter() - started,
+        "dev_seconds": spent["dev"],
+        "checkpoint_seconds": spent["checkpoint"],
+        "eval_steps": config.eval_steps,
+        "checkpoint_minutes": config.checkpoint_minutes,
     }
-    if "training" in row:
-        training = row["training"]
-        scorings, checkpoints = steps // config.eval_steps, steps // config.checkpoint_steps
-        scoring = training["seconds_per_dev_scoring"] + training["seconds_per_best_save"]
-        estimate |= {
-            "dev_scorings": scorings,
-            "checkpoints": checkpoints,
-            "loop_seconds": scorings * scoring + checkpoints * training["seconds_per_checkpoint"],
-        }
-    estimate["seconds"] = estimate["step_seconds"] + estimate.get("loop_seconds", 0.0)
-    return estimate
+
+
+def scaling(args: argparse.Namespace, model: str) -> dict[str, Any]:
+    """SimCSE's sentences per second on 1, 2, 4, 8 processes (64 per GPU), each by torchrun."""
+    rows: dict[str, Any] = {}
+    for processes in args.processes:
+        if processes > torch.cuda.device_count():
+            rows[str(processes)] = {"skipped": f"{torch.cuda.device_count()} GPUs here"}
+            continue
+        with tempfile.TemporaryDirectory() as folder:
+            out = Path(folder) / "worker.json"
+            command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+            command += [f"--nproc-per-node={processes}", __file__, "--worker", str(out)]
+            command += ["--model", model, "--steps", str(args.steps)]
+            done = subprocess.run(command, capture_output=True, text=True)
+            if done.returncode:
+                rows[str(processes)] = {"failed": done.stderr[-2000:]}
+                continue
+            row = json.loads(out.read_text())
+        row["sentences_per_second"] = 64 * processes / row["mean"]
+        rows[str(processes)] = row
+    one = rows.get("1", {}).get("sentences_per_second")
+    for row in rows.values():
+        if one and "sentences_per_second" in row:
+            row["vs_one"] = row["sentences_per_second"] / one
+    return rows
+
+
+def worker(args: argparse.Namespace) -> None:
+    """One process of `scaling`: SimCSE with 64 sentences per process; rank 0 writes its timing."""
+    params = load_params(args.params)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    sentences = cycled(CORPUS, 64 * world * (args.steps + 4))
+    with tempfile.TemporaryDirectory() as folder:
+        job = bench_job(
+            params, "simcse", sentences, Path(folder) / "ck", args.model, batch_size=64 * world
+        )
+        row = pipeline_seconds(job, args.steps, Path(folder))
+    if int(os.environ.get("RANK", "0")) == 0:
+        args.worker.write_text(json.dumps(row))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--methods", nargs="+", default=list(METHODS))
-    parser.add_argument("--precision", default="bf16", choices=["fp32", "bf16", "fp16"])
-    parser.add_argument("--steps", type=int, default=50, help="timed steps per method")
-    parser.add_argument("--train-steps", type=int, default=50, help="0 = no short training")
+    parser.add_argument("--steps", type=int, default=50, help="timed steps per row")
+    parser.add_argument("--loop-steps", type=int, default=300, help="0: no loop run")
+    parser.add_argument("--corpus-size", type=int, default=1_000_000)
+    parser.add_argument("--shape", choices=("bert-base", "model"), default="bert-base")
+    parser.add_argument("--processes", type=int, nargs="*", default=[])
     parser.add_argument("--params", default=str(ROOT / "params.yaml"))
-    parser.add_argument("--corpus", type=Path, default=CORPUS)
-    parser.add_argument(
-        "--corpus-size", type=int, help="cycle the corpus to this many sentences (wiki1m: 1000000)"
-    )
-    parser.add_argument(
-        "--shape", choices=SHAPES, default="model", help="bert-base: random weights"
-    )
     parser.add_argument("--data", type=Path, default=MIRROR, help="holds senteval/ (STS-B dev)")
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("gpu.json"))
+    parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--model", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker:
+        worker(args)
+        return
     if not torch.cuda.is_available():
         kept = json.loads(args.out.read_text()) if args.out.is_file() else {}
         if "device" in kept:  # a CPU run never erases a GPU measurement
@@ -232,81 +223,115 @@ def main() -> None:
         print("skipped: no CUDA device")
         return
     params = load_params(args.params)
-    config = replace(section(params, "train", TrainConfig), precision=args.precision, device="cuda")
-    sentences = cycled(args.corpus, args.corpus_size)
-    model = section(params, "model", ModelConfig).name_or_path
-    results: dict[str, dict[str, Any]] = {}
-    report = {
+    params["train"] = {**params.get("train", {}), "device": "cuda", "precision": "bf16"}
+    config = section(params, "train", TrainConfig)
+    results: dict[str, Any] = {}
+    report: dict[str, Any] = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine(),
         "device": torch.cuda.get_device_name(),
+        "devices": torch.cuda.device_count(),
         "cuda": torch.version.cuda,
-        "model": model
-        if args.shape == "model"
-        else f"BERT-base, random weights; {model}'s tokenizer",
-        "corpus": f"{args.corpus}, cycled to {len(sentences)} sentences",
-        "precision": args.precision,
+        "torch": torch.__version__,
+        "shape": args.shape,
         "batch_size": config.batch_size,
         "max_length": config.max_length,
         "results": results,
     }
+
+    def write() -> None:
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+
     with tempfile.TemporaryDirectory() as folder:
+        model = section(params, "model", ModelConfig).name_or_path
         if args.shape == "bert-base":
-            params["model"]["name_or_path"] = random_bert_base(model, Path(folder))
-        for method in args.methods:  # the file is written after each, so a cut run keeps some
-            results[method] = measure(params, method, config, sentences, args)
-            if "simcse" in results:
-                simcse = results["simcse"]["steps"]["median_seconds_per_step"]
-                for row in results.values():
-                    row["steps"]["vs_simcse"] = row["steps"]["median_seconds_per_step"] / simcse
-            args.out.write_text(json.dumps(report, indent=2) + "\n")
+            model = random_bert_base(model, Path(folder) / "bert-base")
+            params["model"] = {**params.get("model", {}), "name_or_path": model}
+        report["peak_tflops"] = matmul_peak()
+        sentences = cycled(CORPUS, args.corpus_size)
+        tokenizer = Encoder.from_pretrained(model).tokenizer
+        started = time.perf_counter()
+        training_dataset(sentences, tokenizer, config.max_length)
+        report["tokenize_seconds"] = time.perf_counter() - started
+        report["corpus_size"] = len(sentences)
+        results |= floors(params, config, sentences, args.steps)
+        write()
+        tau = params.get("simcse", {}).get("temperature", 0.05)
+        head = sentences[: config.batch_size * (args.steps + 4)]
+        with tempfile.TemporaryDirectory() as work:
+            results["sentence-transformers"] = sentence_transformers_seconds(
+                model, config, head, args.steps, tau, Path(work)
+            )
+        write()
+        for spec in args.methods:
+            with tempfile.TemporaryDirectory() as work:
+                job = bench_job(params, spec, head, Path(work) / "ck")
+                results[spec] = pipeline_seconds(job, args.steps, Path(work))
+            print(spec, results[spec]["mean"], flush=True)
+            write()
+        if args.loop_steps:
+            with tempfile.TemporaryDirectory() as work:
+                report["loop"] = loop(params, sentences, args.loop_steps, args.data, Path(work))
+            write()
+        if args.processes:
+            report["scaling"] = scaling(args, model)
+    summarise(report)
+    write()
     print(table(report))
-    if not all(row["training"]["losses_finite"] for row in results.values() if "training" in row):
-        sys.exit("error: a non-finite training loss (see the loss_curve in " + str(args.out) + ")")
+
+
+def summarise(report: dict[str, Any]) -> None:
+    """Ratios, MFU and the epoch estimate, from the measured rows."""
+    results, peak = report["results"], report["peak_tflops"]
+    gflops = results["floor"]["gflops"]
+    for row in results.values():
+        row["mfu"] = gflops / row["mean"] / (peak * 1000)
+        row["vs_floor_compiled"] = row["mean"] / results["floor_compiled"]["mean"]
+        row["vs_sentence_transformers"] = row["mean"] / results["sentence-transformers"]["mean"]
+    steps = report["corpus_size"] // report["batch_size"]
+    loop = report.get("loop")
+    if loop is None or "simcse" not in results:
+        return
+    step = results["simcse"]["mean"]
+    loop["loop_share"] = (loop["wall_seconds"] - loop["steps"] * step) / (loop["steps"] * step)
+    epoch_steps = steps * step
+    dev = statistics.mean(loop["dev_seconds"]) * (steps // loop["eval_steps"])
+    checkpoints = math.floor(epoch_steps / 60 / loop["checkpoint_minutes"])
+    checkpoint = statistics.mean(loop["checkpoint_seconds"] or [0.0]) * checkpoints
+    report["epoch"] = {
+        "steps": steps,
+        "tokenize_seconds": report["tokenize_seconds"],
+        "step_seconds": epoch_steps,
+        "dev_seconds": dev,
+        "checkpoint_seconds": checkpoint,
+        "seconds": report["tokenize_seconds"] + epoch_steps + dev + checkpoint,
+    }
 
 
 def table(report: dict[str, Any]) -> str:
-    """The table of benchmarks/README.md: per method, the timed steps, peak memory and the
-    estimated epoch (minutes), the loop's part in it and its seconds per checkpoint."""
+    """The table of benchmarks/README.md: per row, ms per step, the ratios and MFU."""
+    if "results" not in report:
+        return f"{report}"
     rows = [
-        "| method | ms/step | steps/s | x SimCSE | peak GiB | epoch: steps | epoch: + loop "
-        "| in all | s per checkpoint |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| row | ms/step | x compiled floor | x sentence-transformers | MFU | peak GiB |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
-    for method, row in report["results"].items():
-        steps, epoch = row["steps"], row["epoch"]
-        checkpoint = row.get("training", {}).get("seconds_per_checkpoint", math.nan)
-        minutes = [epoch.get(part, math.nan) / 60 for part in ("step_seconds", "loop_seconds")]
+    for name, row in report["results"].items():
+        memory = row.get("peak_memory_mib", math.nan) / 1024
         rows.append(
-            f"| {method} | {1000 * steps['median_seconds_per_step']:.1f} "
-            f"| {steps['steps_per_second']:.1f} | {steps.get('vs_simcse', math.nan):.2f} "
-            f"| {steps['peak_memory_mib'] / 1024:.1f} | {minutes[0]:.1f} min "
-            f"| {minutes[1]:.1f} min | {epoch['seconds'] / 60:.1f} min | {checkpoint:.2f} |"
+            f"| {name} | {1000 * row['mean']:.1f} | {row['vs_floor_compiled']:.2f} "
+            f"| {row['vs_sentence_transformers']:.2f} | {100 * row['mfu']:.0f}% | {memory:.1f} |"
         )
-    first = next(iter(report["results"].values()))["epoch"]
-    return "\n".join(rows) + (
-        f"\n\n{report['device']}, {report['precision']} autocast, batch {report['batch_size']}, "
-        f"max length {report['max_length']}: one epoch is {first['steps']:,} steps."
-    )
-
-
-def measure(
-    params: dict, method: str, config: TrainConfig, sentences: list[str], args: argparse.Namespace
-) -> dict[str, Any]:
-    """Timed steps of `method`, its short training (unless `--train-steps 0`) and its epoch."""
-    row = {"steps": timed_steps(params, method, config, sentences, args.steps)}
-    if args.train_steps:
-        row["training"] = short_training(
-            params, method, config, sentences, args.data, args.train_steps
+    epoch = report.get("epoch")
+    tail = f"\n\n{report['device']}, bf16, peak {report['peak_tflops']:.0f} TFLOP/s"
+    if epoch:
+        tail += (
+            f"; one epoch ({epoch['steps']:,} steps): {epoch['seconds'] / 60:.1f} min, of it "
+            f"tokenizing {epoch['tokenize_seconds']:.0f} s, dev {epoch['dev_seconds']:.0f} s, "
+            f"checkpoints {epoch['checkpoint_seconds']:.0f} s; the loop "
+            f"{100 * report['loop']['loop_share']:.0f}% of the steps"
         )
-    row["epoch"] = epoch_estimate(row, config)
-    print(method, json.dumps({k: _summary(v) for k, v in row.items()}), flush=True)
-    return row
-
-
-def _summary(part: dict[str, Any]) -> dict[str, Any]:
-    """`part` without its per-step lists, for the console."""
-    return {k: v for k, v in part.items() if k not in ("seconds", "loss_curve")}
+    return "\n".join(rows) + tail
 
 
 if __name__ == "__main__":

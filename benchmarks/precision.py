@@ -5,8 +5,9 @@
 
 Encoding: every distinct STS-B dev sentence, `model.name_or_path` with its own pooling, batch
 `model.batch_size`; each round times fp32 then bf16 (rounds alternate the order), and the dev
-Spearman of each precision is recorded. Training: `Trainer.step` of SimCSE with the pipeline's
-recipe (batch 64, max length 32), 2 warm-up + `--steps` timed steps per precision. With
+Spearman of each precision is recorded. Training: SimCSE's steps through the train stage's
+trainer (`train_step.pipeline_seconds`: batch 64, max length 32), 2 warm-up + `--steps` timed
+steps per precision. With
 `--train-steps N`, SimCSE trains N steps in each precision from the same seed and the STS-B dev
 Spearman of the two results is compared (the full pipeline's numbers are in the README). Needs
 the download stage's `data/raw`. Writes `benchmarks/precision.json`.
@@ -19,12 +20,11 @@ import json
 import statistics
 import tempfile
 import time
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 from collect import machine
-from train_step import CORPUS, ROOT, WARMUP, pipeline_trainer, timed
+from train_step import CORPUS, ROOT, WARMUP, bench_job, pipeline_seconds
 
 from sentemb.config import load_params, section
 from sentemb.data.readers import read_corpus, read_stsb
@@ -67,19 +67,17 @@ def main() -> None:
     step: dict[str, list[float]] = {}
     trained: dict[str, float] = {}
     for precision in PRECISIONS:
-        config = replace(base, precision=precision, max_steps=10**6, checkpoint_steps=10**9)
         with tempfile.TemporaryDirectory() as folder:
-            step[precision] = timed(
-                pipeline_trainer(params, "simcse", config, corpus, Path(folder)).step, args.steps
-            )
+            job = bench_job(params, "simcse", corpus, Path(folder) / "ck", precision=precision)
+            step[precision] = pipeline_seconds(job, args.steps, Path(folder))["seconds"]
         if args.train_steps:
-            config = replace(config, max_steps=args.train_steps, eval_steps=args.train_steps)
             with tempfile.TemporaryDirectory() as folder:
-                run = pipeline_trainer(params, "simcse", config, corpus, Path(folder))
-                for i in range(args.train_steps):
-                    run.step(i)
-                run.encoder.pooler, run.encoder.precision = base.eval_pooler, precision
-                trained[precision] = evaluator(run.encoder)["STSBenchmark/dev"]
+                job = bench_job(params, "simcse", corpus, Path(folder) / "ck", precision=precision)
+                job.config.max_steps = job.config.eval_steps = args.train_steps
+                job.train(Path(folder) / "model", Path(folder) / "ck")
+                run = Encoder.from_pretrained(str(Path(folder) / "model"), base.eval_pooler)
+                run.precision = precision
+                trained[precision] = evaluator(run)["STSBenchmark/dev"]
     medians = {
         p: {"encode": statistics.median(encode[p]), "step": statistics.median(step[p])}
         for p in PRECISIONS

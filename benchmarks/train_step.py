@@ -1,49 +1,63 @@
-"""Seconds per training step: each method of the pipeline against a bare SimCSE step.
+"""Seconds per training step, on this machine's device: the pipeline's step of each method (the
+train stage's trainer), against the bare floor and the stock sentence-transformers recipe.
 
-    python benchmarks/train_step.py                    # simcse sscl iscse dclr paser, 5 steps each
-    python benchmarks/train_step.py --methods simcse --steps 10
+    python benchmarks/train_step.py                    # every method, 8 timed steps each
+    python benchmarks/train_step.py --methods simcse --steps 10 --compile
 
 Same encoder (`model.name_or_path` of params.yaml), batch 64, max length 32, the precision the
-pipeline picks (`train.precision`; bf16 autocast by default, the floor under the same autocast),
-the same sentences. The floor is SimCSE without the pipeline:
-one forward of the two dropout views, [CLS] through a dense + tanh head, InfoNCE written
-inline (cross-entropy over the cosine matrix / τ), backward, AdamW. Each configuration runs two
-warm-up steps, then `--steps` timed steps (tokenization included) on the batches the pipeline
-draws (same sentences, same padding for every configuration); the floor runs before and
-after the methods and its median is over both runs. Ratios are against the floor and against
-the pipeline's SimCSE measured in the same run. PaSeR reads `paser.phrases` (run the phrases
-stage first). One more step per configuration is counted in FLOPs (torch's FlopCounterMode,
-forward and backward): the ratio of FLOPs is what a method must cost on any machine, so a time
-ratio above it is overhead to find. Writes `benchmarks/train_step.json`.
+pipeline picks (`train.precision`; bf16 autocast where the device has it), the same sentences
+(the mirror's Wikipedia head). Measured in one run, each after `WARMUP` untimed steps:
+
+* each method: `TrainingJob.train` (sentence-transformers' trainer with the method's loss), no
+  dev scoring or checkpoint inside the timed steps; a step is the time between two
+  `on_step_end`s of the trainer (the loop as it runs: data loader, forward, backward, clipping,
+  AdamW, callbacks); on CUDA the timed steps are one window ended by a synchronisation, so a
+  host that queues work ahead of the GPU shows;
+* the floor: SimCSE without the pipeline: one fixed batch tokenized beforehand, one forward
+  of both dropout views, [CLS] through a dense + tanh head, InfoNCE written inline, backward,
+  fused AdamW; eager, and with `--compile` also through `torch.compile` (inductor);
+* sentence-transformers: the SimCSE recipe of its docs, `MultipleNegativesRankingLoss` (scale
+  1/τ) on each sentence paired with itself (two forward passes), the model as
+  `SentenceTransformer(path)` loads it, default `SentenceTransformerTrainingArguments` plus
+  the pipeline's bf16.
+
+FLOPs of one floor step (torch's FlopCounterMode, forward and backward) give the rate each
+time stands for. Writes `benchmarks/train_step.json`.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from collect import machine
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
+from transformers import TrainerCallback
 
 from sentemb.config import load_params, section
 from sentemb.data.readers import read_corpus
-from sentemb.encoder import Encoder, autocast
-from sentemb.methods.base import CombinedMethod
+from sentemb.encoder import Encoder, autocast_dtype
+from sentemb.losses import method_loss
+from sentemb.methods.paser import PaSeRConfig
 from sentemb.model_config import ModelConfig
 from sentemb.model_files import resolve_model
+from sentemb.phrases import PhrasesConfig, extract, read_phrase_spans
 from sentemb.registry import METHODS
+from sentemb.st_model import st_model
 from sentemb.training.config import TrainConfig
-from sentemb.training.loop import Trainer
+from sentemb.training.run import TrainingJob
+from sentemb.training.trainer import pick_device
 
 ROOT = Path(__file__).resolve().parents[1]
 WARMUP = 2
@@ -51,15 +65,32 @@ CORPUS = (ROOT / "../shared/datasets/corpus/wiki1m_for_simcse.head.txt").resolve
 
 
 def timed(step: Callable[[int], object], steps: int) -> list[float]:
-    """Seconds of each of `steps` calls after `WARMUP` untimed calls."""
+    """Seconds of each of `steps` calls after `WARMUP` untimed calls (CUDA: each synchronised)."""
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else lambda: None
     for i in range(WARMUP):
         step(i)
     seconds = []
     for i in range(WARMUP, WARMUP + steps):
+        sync()
         started = time.perf_counter()
         step(i)
+        sync()
         seconds.append(time.perf_counter() - started)
     return seconds
+
+
+def window(step: Callable[[int], object], steps: int) -> float:
+    """Mean seconds of `steps` calls after `WARMUP` untimed ones, timed as one window (CUDA:
+    synchronised at its ends only, so work the host queues ahead overlaps as in training)."""
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else lambda: None
+    for i in range(WARMUP):
+        step(i)
+    sync()
+    started = time.perf_counter()
+    for i in range(WARMUP, WARMUP + steps):
+        step(i)
+    sync()
+    return (time.perf_counter() - started) / steps
 
 
 def step_gflops(step: Callable[[int], object], i: int) -> float:
@@ -70,126 +101,249 @@ def step_gflops(step: Callable[[int], object], i: int) -> float:
     return counter.get_total_flops() / 1e9
 
 
-def floor_step(
-    encoder: Encoder, config: TrainConfig, batches: list[list[str]], tau: float
-) -> Callable[[int], None]:
-    """A bare SimCSE step on `encoder`'s backbone: no pipeline code past tokenization."""
-    backbone = encoder.backbone
-    hidden = backbone.config.hidden_size
-    head = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh())
-    parameters = [*backbone.parameters(), *head.parameters()]
-    optimizer = torch.optim.AdamW(parameters, lr=config.learning_rate)
-    backbone.train()
-
-    def step(i: int) -> None:
-        batch = encoder.tokenize(batches[i], config.max_length)
-        ids = batch["input_ids"].repeat(2, 1)
-        mask = batch["attention_mask"].repeat(2, 1)
-        with encoder.autocast():
-            cls = backbone(input_ids=ids, attention_mask=mask).last_hidden_state[:, 0]
-            first, second = head(cls).chunk(2)
-            similarity = F.normalize(first, dim=-1) @ F.normalize(second, dim=-1).T / tau
-        loss = F.cross_entropy(similarity.float(), torch.arange(len(first)))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-
-    return step
+def cycled(path: Path, size: int) -> list[str]:
+    """The sentences of the corpus at `path`, repeated in order up to `size`."""
+    return list(itertools.islice(itertools.cycle(read_corpus(path)), size))
 
 
-def pipeline_trainer(
-    params: dict, spec: str, config: TrainConfig, sentences: list[str], checkpoints: Path
-) -> Trainer:
-    """The pipeline's trainer for `spec` on `model.name_or_path` from the first of `seeds`, no
-    dev scoring; `config.precision` picks the autocast of training and of `encode`."""
+def epoch_batches(sentences: list[str], size: int, seed: int, epoch: int = 0) -> list[list[str]]:
+    """The batches of epoch `epoch` as the trainer draws them: consecutive rows of
+    randperm(seed + epoch), the last partial batch dropped."""
+    order = torch.randperm(len(sentences), generator=torch.Generator().manual_seed(seed + epoch))
+    rows = order.tolist()
+    return [
+        [sentences[i] for i in rows[s : s + size]] for s in range(0, len(rows) - size + 1, size)
+    ]
+
+
+def bench_job(
+    params: dict,
+    spec: str,
+    sentences: list[str],
+    checkpoints: Path,
+    model: str | None = None,
+    **train: Any,
+) -> TrainingJob:
+    """The train stage's job for `spec` on `sentences` (the params' model, or `model`), with the
+    `train` params overridden by `train`; its dev score is a constant (no dev set is encoded)."""
     seed = params["seeds"][0]
-    model = section(params, "model", ModelConfig).name_or_path
-    encoder = Encoder.from_pretrained(model, config.pooler, None, False, config.precision)
-    torch.manual_seed(seed)
-    method = CombinedMethod(spec, params, encoder, seed)
-    return Trainer(encoder, method, config, sentences, lambda e: 0.0, seed, checkpoints, {})
+    config = section(
+        {**params, "train": {**params.get("train", {}), **train}}, "train", TrainConfig
+    )
+    model_config = section(params, "model", ModelConfig)
+    name = model or model_config.name_or_path
+    st = st_model(name, config.pooler, config.max_length, attention=config.attention)
+    phrases = None
+    sections = dict(params)
+    if "paser" in spec:
+        folder = checkpoints.parent / f"phrases-{checkpoints.name}"
+        extract(
+            lambda: iter(dict.fromkeys(sentences)), len(set(sentences)), PhrasesConfig(), folder
+        )
+        sections["paser"] = {**params.get("paser", {}), "phrases": str(folder / "rake.jsonl")}
+        phrases = read_phrase_spans(Path(section(sections, "paser", PaSeRConfig).phrases))
+    loss = method_loss(spec, st, sections, seed=seed, mlp_head=config.mlp_head)
+    encoder = Encoder(st[0].auto_model, st[0].tokenizer, config.eval_pooler, name=name)
+    return TrainingJob(
+        spec,
+        seed,
+        model_config,
+        config,
+        sentences,
+        "the benchmark's sentences",
+        st,
+        encoder,
+        loss,
+        {"method": spec, "train": train, "model": name},
+        lambda encoder: {"STSBenchmark/dev": 0.0},
+        phrases,
+    )
 
 
-def sentence_transformers_step(
-    model: str, config: TrainConfig, batches: list[list[str]], tau: float
+class Clock(TrainerCallback):
+    """The wall time of every step's end (CUDA: synchronised at the window's ends only)."""
+
+    def __init__(self, first: int, last: int) -> None:
+        self.first, self.last, self.ends = first, last, {}
+        self.sync = torch.cuda.synchronize if torch.cuda.is_available() else lambda: None
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.global_step in (self.first, self.last):
+            self.sync()
+        self.ends[state.global_step] = time.perf_counter()
+
+    def seconds(self) -> dict[str, Any]:
+        steps = [self.ends[i + 1] - self.ends[i] for i in range(self.first, self.last)]
+        return {
+            "seconds": steps,
+            "mean": (self.ends[self.last] - self.ends[self.first]) / (self.last - self.first),
+            "median": statistics.median(steps),
+        }
+
+
+def pipeline_seconds(job: TrainingJob, steps: int, folder: Path) -> dict[str, Any]:
+    """Seconds per step of `job` run by the trainer for `WARMUP + steps` steps, with no dev
+    scoring or checkpoint inside them, and the peak CUDA memory."""
+    total = WARMUP + steps
+    job.config.max_steps, job.config.eval_steps = total, 10**6
+    job.config.checkpoint_minutes = 10**6
+    clock = Clock(WARMUP, total)
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    job.train(folder / "model", folder / "checkpoints", callbacks=[clock])
+    timing = clock.seconds()
+    if torch.cuda.is_available():
+        timing["peak_memory_mib"] = torch.cuda.max_memory_allocated() / 2**20
+    return timing
+
+
+class Floor(nn.Module):
+    """SimCSE's objective on a backbone, nothing else: both views in one forward, [CLS], a
+    dense + tanh head, InfoNCE inline."""
+
+    def __init__(self, backbone: nn.Module, tau: float) -> None:
+        super().__init__()
+        hidden = backbone.config.hidden_size
+        self.backbone, self.head, self.tau = (
+            backbone,
+            nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh()),
+            tau,
+        )
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        cls = self.backbone(input_ids=ids, attention_mask=mask).last_hidden_state[:, 0]
+        first, second = self.head(cls).chunk(2)
+        similarity = F.normalize(first, dim=-1) @ F.normalize(second, dim=-1).T / self.tau
+        return F.cross_entropy(similarity.float(), torch.arange(len(first), device=ids.device))
+
+
+def floor_step(
+    encoder: Encoder,
+    config: TrainConfig,
+    batches: list[list[str]],
+    tau: float,
+    compiled: bool = False,
 ) -> Callable[[int], None]:
-    """The SimCSE step users write with sentence-transformers: [CLS] pooling,
-    `MultipleNegativesRankingLoss` (scale 1/τ) over each sentence paired with itself (two
-    forward passes, two dropout views), AdamW, under the pipeline's autocast."""
-    from sentence_transformers import SentenceTransformer
-    from sentence_transformers.sentence_transformer import losses, modules
-
-    transformer = modules.Transformer(resolve_model(model), max_seq_length=config.max_length)
-    pooling = modules.Pooling(transformer.get_embedding_dimension(), "cls")
-    network = SentenceTransformer(modules=[transformer, pooling], device="cpu")
-    objective = losses.MultipleNegativesRankingLoss(network, scale=1.0 / tau)
-    optimizer = torch.optim.AdamW(network.parameters(), lr=config.learning_rate)
-    network.train()
+    """A bare SimCSE step on `encoder`'s backbone over `batches`, tokenized beforehand (both
+    views: each batch fed twice), fused AdamW, under `train.precision`'s autocast."""
+    device = pick_device(config.device, 0)
+    floor = Floor(encoder.backbone, tau).to(device).train()
+    optimizer = torch.optim.AdamW(floor.parameters(), lr=config.learning_rate, fused=True)
+    run = torch.compile(floor) if compiled else floor
+    dtype = autocast_dtype(config.precision, device)
+    inputs = []
+    for batch in batches:
+        tokens = encoder.tokenize(batch, config.max_length).to(device)
+        inputs.append((tokens["input_ids"].repeat(2, 1), tokens["attention_mask"].repeat(2, 1)))
 
     def step(i: int) -> None:
-        features = network.tokenize(batches[i])
-        with autocast(config.precision, torch.device("cpu")):
-            loss = objective([features, dict(features)], None)
+        with torch.autocast(device.type, dtype or torch.float32, enabled=dtype is not None):
+            loss = run(*inputs[i % len(inputs)])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
 
     return step
+
+
+def sentence_transformers_seconds(
+    model: str, config: TrainConfig, sentences: list[str], steps: int, tau: float, folder: Path
+) -> dict[str, Any]:
+    """Seconds per step of the SimCSE recipe of sentence-transformers' docs (module docstring)."""
+    from datasets import Dataset
+    from sentence_transformers import (
+        SentenceTransformer,
+        SentenceTransformerTrainer,
+        SentenceTransformerTrainingArguments,
+    )
+    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+
+    device = pick_device(config.device, 0)
+    dtype = autocast_dtype(config.precision, device)
+    network = SentenceTransformer(resolve_model(model), device=str(device))
+    network.max_seq_length = config.max_length
+    total = WARMUP + steps
+    args = SentenceTransformerTrainingArguments(
+        output_dir=str(folder),
+        per_device_train_batch_size=config.batch_size,
+        learning_rate=config.learning_rate,
+        max_steps=total,
+        bf16=dtype == torch.bfloat16,
+        fp16=dtype == torch.float16,
+        use_cpu=device.type == "cpu",
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+    )
+    data = Dataset.from_dict({"anchor": sentences, "positive": sentences})
+    clock = Clock(WARMUP, total)
+    trainer = SentenceTransformerTrainer(
+        model=network,
+        args=args,
+        train_dataset=data,
+        loss=MultipleNegativesRankingLoss(network, scale=1.0 / tau),
+        callbacks=[clock],
+    )
+    trainer.train()
+    return clock.seconds() | {"optim": str(args.optim)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--methods", nargs="+", default=list(METHODS))
-    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--compile", action="store_true", help="also the compiled floor")
     parser.add_argument("--params", default=str(ROOT / "params.yaml"))
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("train_step.json"))
     args = parser.parse_args()
     params = load_params(args.params)
     model = section(params, "model", ModelConfig).name_or_path
-    config = replace(section(params, "train", TrainConfig), max_steps=1000, checkpoint_steps=10**9)
-    calls = WARMUP + args.steps + 1  # the last call counts FLOPs
-    sentences = list(read_corpus(CORPUS, limit=config.batch_size * calls))
-    seed = params["seeds"][0]
-    with tempfile.TemporaryDirectory() as checkpoints:  # the batches every trainer will see
-        order = pipeline_trainer(params, "simcse", config, sentences, Path(checkpoints))
-        batches = [order.batch_sentences(i) for i in range(calls)]
-    results: dict[str, dict[str, float]] = {}
+    config = section(params, "train", TrainConfig)
     tau = params.get("simcse", {}).get("temperature", 0.05)
+    sentences = cycled(CORPUS, config.batch_size * (WARMUP + args.steps + 1))
+    batches = epoch_batches(sentences, config.batch_size, params["seeds"][0])
+    results: dict[str, dict[str, Any]] = {}
 
-    def measure(step: Callable[[int], object]) -> dict[str, list[float] | float]:
-        return {"seconds": timed(step, args.steps), "gflops": step_gflops(step, calls - 1)}
-
-    def floor() -> dict[str, list[float] | float]:
-        torch.manual_seed(seed)
+    def floor(compiled: bool) -> dict[str, Any]:
+        torch.manual_seed(params["seeds"][0])
         encoder = Encoder.from_pretrained(model, config.pooler, None, False, config.precision)
-        return measure(floor_step(encoder, config, batches, tau))
+        step = floor_step(encoder, config, batches, tau, compiled)
+        seconds = timed(step, args.steps)
+        return {"seconds": seconds, "median": statistics.median(seconds)}
 
-    floor_first = floor()
-    torch.manual_seed(seed)
-    results["sentence-transformers"] = measure(
-        sentence_transformers_step(model, config, batches, tau)
+    results["floor"] = floor(False)
+    results["floor"]["gflops"] = step_gflops(
+        floor_step(
+            Encoder.from_pretrained(model, config.pooler, None, False, config.precision),
+            config,
+            batches,
+            tau,
+        ),
+        0,
     )
+    if args.compile:
+        started = time.perf_counter()
+        results["floor_compiled"] = floor(True)
+        results["floor_compiled"]["seconds_with_compilation"] = time.perf_counter() - started
+    with tempfile.TemporaryDirectory() as folder:
+        results["sentence-transformers"] = sentence_transformers_seconds(
+            model, config, sentences, args.steps, tau, Path(folder)
+        )
     for spec in args.methods:
-        with tempfile.TemporaryDirectory() as checkpoints:
-            trainer = pipeline_trainer(params, spec, config, sentences, Path(checkpoints))
-            results[spec] = measure(trainer.step)
-        print(spec, statistics.median(results[spec]["seconds"]))
-    # the floor runs first and last, so drift within the run shows and is averaged out
-    floor_last = floor()
-    results["floor"] = {
-        "seconds": floor_first["seconds"] + floor_last["seconds"],
-        "gflops": floor_last["gflops"],
-    }
-    for row in results.values():
-        row["median"] = statistics.median(row["seconds"])
+        with tempfile.TemporaryDirectory() as folder:
+            job = bench_job(params, spec, sentences, Path(folder) / "checkpoints")
+            results[spec] = pipeline_seconds(job, args.steps, Path(folder))
+        print(spec, results[spec]["median"])
     for row in results.values():
         row["vs_floor"] = row["median"] / results["floor"]["median"]
         if "simcse" in results:
             row["vs_simcse"] = row["median"] / results["simcse"]["median"]
-            row["gflops_vs_simcse"] = row["gflops"] / results["simcse"]["gflops"]
+    device = pick_device(config.device, 0)
     report = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
         "machine": machine(),
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "autocast": str(autocast_dtype(config.precision, device)),
         "model": model,
         "batch_size": config.batch_size,
         "max_length": config.max_length,

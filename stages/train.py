@@ -1,18 +1,22 @@
-"""Stage `train`: train the encoder with one method and seed (DVC runs one per `methods` x `seeds`).
+"""Stage `train`: train the encoder with the experiment's method and one seed (DVC runs one per
+seed: `train@42` writes models/42).
 
-    python stages/train.py --method iscse+dclr --seed 42 --out models/iscse+dclr-42
+    python stages/train.py --seed 42 --out models/42 --metrics metrics/runs/42/train.json \
+        --plots plots/runs/42 --checkpoints checkpoints/42
 
-`--method` is simcse, sscl, iscse, dclr, paser or a '+' join. Writes the best checkpoint (by the
-dev selection metric) to `--out`: `save_pretrained` weights, tokenizer, pooler config and a model
-card (`README.md`), a sentence-transformers folder logged to MLflow as a model; the metrics file
-(with the untrained model's dev score, any warning that the run did not learn, and the stage's
-`seconds`); the loss and dev curves as DVC plots. Runs under `torchrun --nproc_per_node=K` as
-well. Every input (corpus, dev sets, PaSeR's phrases) is checked before the model is loaded, and
-the model with its poolers (and its vectors of a few dev sentences) before the checkpoint folder
-is locked; a run that fails leaves no lock file, nor a checkpoint folder it made empty. A
-killed run restarted with the same run key (params, corpus, dev data, phrases, model weights,
-code) resumes from its last checkpoint; with another key it starts afresh and says which part
-differs.
+`--method` (default: params' `method`) is simcse, sscl, iscse, dclr, paser or a '+' join,
+trained by sentence-transformers' trainer with the loss of `sentemb.losses`. Writes the best
+model (by the dev selection metric) to `--out`: `save_pretrained` weights, tokenizer, pooler
+config and a model card (`README.md`), a sentence-transformers folder logged to MLflow as a
+model; the metrics file (with the untrained model's dev score, any warning that the run did not
+learn, and the stage's `seconds`); the loss and dev curves as DVC plots. `train.nproc: K` runs
+it under `torchrun --nproc-per-node=K` (DDP); several machines run the torchrun command of
+docs/operations.md. Every input (corpus, dev sets, PaSeR's phrases) is checked before the
+model is loaded, and the model with its poolers (and its vectors of a few dev sentences)
+before the checkpoint folder is locked; a run that fails leaves no lock file, nor a checkpoint
+folder it made empty. A killed run restarted with the same run key (params, corpus, dev data,
+phrases, model weights, code) resumes from its last checkpoint; with another key it starts
+afresh and says which part differs.
 """
 
 from __future__ import annotations

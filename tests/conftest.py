@@ -72,6 +72,14 @@ def tiny_encoder(tiny_model_dir: Path) -> Encoder:
     return Encoder.from_pretrained(str(tiny_model_dir), pooler="cls_before_pooler")
 
 
+@pytest.fixture
+def tiny_st(tiny_model_dir: Path):
+    """The tiny BERT as the sentence-transformers model the losses train ([CLS] pooling)."""
+    from sentemb.st_model import st_model
+
+    return st_model(str(tiny_model_dir), "cls_before_pooler", 32)
+
+
 @contextlib.contextmanager
 def mounted_tmpfs(folder: Path, size: str) -> Iterator[Path]:
     """A real small filesystem at `folder` (needs root and `mount`); skip the test without."""

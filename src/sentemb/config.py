@@ -245,7 +245,8 @@ def _coerce(value: Any, annotation: Any, where: str, nullable: bool = False) -> 
                 return _coerce(value, arg, where, nullable=type(None) in args)
             except ConfigError as err:
                 errors.append(str(err))
-        raise ConfigError(errors[0])
+        alternatives = [e.removeprefix(f"{where}: ") for e in errors[1:]]
+        raise ConfigError("; or ".join([errors[0], *alternatives]))
     if origin is typing.Literal:
         if value not in args:
             raise ConfigError(f"{where}: {value!r} is not one of {list(args)}")

@@ -15,6 +15,7 @@ are not finite or all zero, when vectors are refused (`Encoder.suspects`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -41,6 +42,11 @@ from sentemb.model_files import (
 from sentemb.pooling import POOLERS, check_pooler, cls_vector, pool
 
 log = logging.getLogger(__name__)
+ENCODER_DECODER = (
+    "is an encoder-decoder model: its forward pass needs decoder inputs, and the pipeline pools "
+    "the token vectors of one encoder; use an encoder-only model (BERT-like), or a decoder-only "
+    "one with mean pooling"
+)
 
 
 @functools.cache
@@ -78,6 +84,35 @@ def autocast(precision: str, device: torch.device) -> torch.autocast:
     """The autocast context of `precision` on `device` (disabled for fp32)."""
     dtype = autocast_dtype(precision, device)
     return torch.autocast(device.type, dtype or torch.float32, enabled=dtype is not None)
+
+
+@contextlib.contextmanager
+def loading_errors(param: str, name_or_path: str) -> Iterator[None]:
+    """Loading a model as one `ConfigError` naming `param`: transformers' refusal of custom code
+    on a hub model, damaged files, a hub model without safetensors."""
+    from safetensors import SafetensorError
+
+    try:
+        yield
+    except ValueError as err:
+        if "trust_remote_code" not in str(err):
+            raise
+        raise ConfigError(remote_code_refused(param, name_or_path)) from err
+    except (OSError, SafetensorError) as err:
+        reason = " ".join(str(err).split())[:500]
+        raise ConfigError(f"{param}: {name_or_path}: cannot be loaded: {reason}") from err
+
+
+def check_vocabulary(tokenizer, backbone, param: str, name_or_path: str) -> None:
+    """Refuse a tokenizer with more tokens than the model's embedding has rows: they belong to
+    different models."""
+    vocabulary = getattr(backbone.config, "vocab_size", None)
+    if vocabulary is not None and len(tokenizer) > vocabulary:
+        raise ConfigError(
+            f"{param}: the tokenizer of {name_or_path} has {len(tokenizer)} "
+            f"tokens but the model's embedding has {vocabulary} rows: they belong to "
+            "different models"
+        )
 
 
 def pad_tokenizer(tokenizer, param: str, name_or_path: str) -> None:
@@ -146,11 +181,7 @@ class Encoder(torch.nn.Module):
         self.untrained = frozenset(untrained)
         self._causal: bool | None = None  # `attends_causally`, found once
         if getattr(getattr(backbone, "config", None), "is_encoder_decoder", False):
-            raise ConfigError(
-                f"{self.label} is an encoder-decoder model: its forward pass needs decoder "
-                "inputs, and the pipeline pools the token vectors of one encoder; use an "
-                "encoder-only model (BERT-like), or a decoder-only one with mean pooling"
-            )
+            raise ConfigError(f"{self.label} {ENCODER_DECODER}")
         self.max_length = self.positions
         if max_length is not None:
             self.max_length = self.check_length(max_length, length_param)
@@ -197,7 +228,6 @@ class Encoder(torch.nn.Module):
         up)."""
         check_pooler(pooler, pooler_param, auto=True)
         path = resolve_model(name_or_path, param)
-        from safetensors import SafetensorError
         from transformers import AutoModel, AutoTokenizer
         from transformers.utils import logging as transformers_logging
 
@@ -208,7 +238,7 @@ class Encoder(torch.nn.Module):
         auto = pooler == "auto"
         if auto:
             pooler = saved_pooler(path, param) or "cls_before_pooler"
-        try:
+        with loading_errors(param, name_or_path):
             tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
             backbone, loading = AutoModel.from_pretrained(
                 path,
@@ -216,20 +246,7 @@ class Encoder(torch.nn.Module):
                 use_safetensors=True,
                 output_loading_info=True,
             )
-        except ValueError as err:  # transformers' refusal of custom code on a hub model
-            if "trust_remote_code" not in str(err):
-                raise
-            raise ConfigError(remote_code_refused(param, name_or_path)) from err
-        except (OSError, SafetensorError) as err:  # damaged files, a hub model without safetensors
-            reason = " ".join(str(err).split())[:500]
-            raise ConfigError(f"{param}: {name_or_path}: cannot be loaded: {reason}") from err
-        vocabulary = getattr(backbone.config, "vocab_size", None)
-        if vocabulary is not None and len(tokenizer) > vocabulary:
-            raise ConfigError(
-                f"{param}: the tokenizer of {name_or_path} has {len(tokenizer)} "
-                f"tokens but the model's embedding has {vocabulary} rows: they belong to "
-                "different models"
-            )
+        check_vocabulary(tokenizer, backbone, param, name_or_path)
         pad_tokenizer(tokenizer, param, name_or_path)
         return cls(
             backbone,

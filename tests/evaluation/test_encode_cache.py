@@ -19,7 +19,7 @@ from sentemb.tfidf import TfidfEncoder
 from sentemb.training.run import dev_metrics, dev_scorer
 
 from support.encoders import CountingEncoder
-from support.training import make_trainer, write_stsb
+from support.training import make_job, write_stsb
 
 SICK = "senteval/data/downstream/SICK"
 
@@ -101,8 +101,8 @@ def test_training_dev_evaluation_encodes_every_sentence_after_each_update(
         predicted.append(dev.pairs["STSBenchmark"][0])
         return score
 
-    trainer = make_trainer(tiny_model_dir, "simcse", tmp_path / "ckpt", evaluate=evaluate)
-    trainer.train(tmp_path / "out")
+    job = make_job(tiny_model_dir, "simcse", tmp_path / "ckpt", evaluate=evaluate)
+    job.train(tmp_path / "out", tmp_path / "ckpt")
     distinct = {s for line in lines for s in line.split("\t")[5:]}
     probes, full = encoded[::2], encoded[1::2]  # each dev score probes the model first
     assert len(full) == 3  # untrained, step 3, step 6

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from sentemb.config import ConfigError
-from sentemb.encoder import Encoder, EncoderOutput
-from sentemb.methods.base import CombinedMethod, TrainState, Views
+from sentemb.encoder import EncoderOutput
+from sentemb.losses import MethodLoss
+from sentemb.methods.base import TrainState, Views
 
 # unit vectors; cos(anchor_i, positive_j) = [[1, 0, 0], [0, 1, -1], [-1, 0, 0]]
 ANCHORS = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])
@@ -23,9 +24,7 @@ def views(intermediate: torch.Tensor | None = None) -> Views:
     """Views whose dropout pair is (ANCHORS, POSITIVES), through an identity head."""
     both = torch.cat([ANCHORS, POSITIVES])
     return Views(
-        ["a", "b", "c"],
         {},
-        lambda texts: {},
         lambda batch: EncoderOutput(both, (both,), torch.ones(6, 1)),
         lambda x: x,
         lambda view, layer: intermediate if intermediate is not None else ANCHORS,
@@ -36,20 +35,39 @@ def state() -> TrainState:
     return TrainState(0, 10, torch.Generator().manual_seed(0))
 
 
-def build(spec: str, tiny_encoder: Encoder, **sections: dict) -> CombinedMethod:
-    return CombinedMethod(spec, {"simcse": {"temperature": 1.0}, **sections}, tiny_encoder)
+class Loss:
+    """A method's loss with the objective's terms summed, as the trainer sums them."""
+
+    def __init__(self, loss: MethodLoss) -> None:
+        self.inner = loss
+
+    def __call__(self, views: Views, state: TrainState):
+        terms, logs = self.inner.objective(views, state)
+        return Output(sum(terms.values()), {**{k: float(v) for k, v in terms.items()}, **logs})
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
 
 
-def test_simcse_by_hand(tiny_encoder: Encoder) -> None:
-    output = build("simcse", tiny_encoder)(views(), state())
+class Output:
+    def __init__(self, loss: torch.Tensor, logs: dict) -> None:
+        self.loss, self.logs = loss, {k: float(v) for k, v in logs.items()}
+
+
+def build(spec: str, tiny_st, **sections: dict) -> Loss:
+    return Loss(MethodLoss(tiny_st, spec, {"simcse": {"temperature": 1.0}, **sections}))
+
+
+def test_simcse_by_hand(tiny_st) -> None:
+    output = build("simcse", tiny_st)(views(), state())
     assert output.loss.item() == pytest.approx(SIMCSE, rel=1e-6)
 
 
-def test_unknown_or_repeated_method_is_an_error(tiny_encoder: Encoder) -> None:
+def test_unknown_or_repeated_method_is_an_error(tiny_st) -> None:
     with pytest.raises(ConfigError, match="unknown"):
-        build("simcse+dlcr", tiny_encoder)
+        build("simcse+dlcr", tiny_st)
     with pytest.raises(ConfigError, match="distinct"):
-        build("sscl+sscl", tiny_encoder)
+        build("sscl+sscl", tiny_st)
 
 
 @pytest.mark.parametrize(
@@ -76,17 +94,15 @@ def test_unknown_or_repeated_method_is_an_error(tiny_encoder: Encoder) -> None:
         ("paser", {"paser": {"decoder_layers": "six"}}, r"paser.decoder_layers: expected int"),
     ],
 )
-def test_bad_method_params_name_the_param(
-    tiny_encoder: Encoder, spec: str, sections: dict, message: str
-) -> None:
+def test_bad_method_params_name_the_param(tiny_st, spec: str, sections: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        build(spec, tiny_encoder, **sections)
+        build(spec, tiny_st, **sections)
 
 
-def test_sscl_self_adds_own_intermediate_vector(tiny_encoder: Encoder) -> None:
+def test_sscl_self_adds_own_intermediate_vector(tiny_st) -> None:
     # own intermediate vector = (0, 1) for every sentence: cos with anchors = [0, 1, 0]
     inter = torch.tensor([[0.0, 1.0]] * 3)
-    method = build("sscl", tiny_encoder, sscl={"variant": "self", "average_with_simcse": False})
+    method = build("sscl", tiny_st, sscl={"variant": "self", "average_with_simcse": False})
     loss = method(views(inter), state()).loss.item()
     expected = (
         math.log(E + 2 + 1) - 1 + math.log(1 + E + 1 / E + E) - 1 + math.log(2 + 1 / E + 1)
@@ -94,10 +110,10 @@ def test_sscl_self_adds_own_intermediate_vector(tiny_encoder: Encoder) -> None:
     assert loss == pytest.approx(expected, rel=1e-6)
 
 
-def test_sscl_batch_average_is_mean_with_and_without(tiny_encoder: Encoder) -> None:
+def test_sscl_batch_average_is_mean_with_and_without(tiny_st) -> None:
     inter = torch.tensor([[0.0, 1.0]] * 3)
-    averaged = build("sscl", tiny_encoder)(views(inter), state()).loss.item()
-    alone = build("sscl", tiny_encoder, sscl={"average_with_simcse": False})
+    averaged = build("sscl", tiny_st)(views(inter), state()).loss.item()
+    alone = build("sscl", tiny_st, sscl={"average_with_simcse": False})
     with_negatives = alone(views(inter), state()).loss.item()
     assert averaged == pytest.approx((with_negatives + SIMCSE) / 2, rel=1e-6)
     # batch variant: 6 shared negatives (both views' vectors, all equal to (0, 1))
@@ -107,13 +123,13 @@ def test_sscl_batch_average_is_mean_with_and_without(tiny_encoder: Encoder) -> N
     assert with_negatives == pytest.approx(expected, rel=1e-6)
 
 
-def test_iscse_adds_weighted_smoothing_once_buffer_has_k_rows(tiny_encoder: Encoder) -> None:
-    method = build("iscse", tiny_encoder, iscse={"buffer_size": 4, "k": 1, "beta": 1.0})
+def test_iscse_adds_weighted_smoothing_once_buffer_has_k_rows(tiny_st) -> None:
+    method = build("iscse", tiny_st, iscse={"buffer_size": 4, "k": 1, "beta": 1.0})
     first = method(views(), state())
     assert "iscse/weighted_smoothing" not in first.logs
     # the buffer needs 32-dim rows to match the tiny encoder; use 2-dim views' own width
     method.parts["iscse"].buffer = torch.zeros(4, 2)
-    method.after_step(views())
+    method.parts["iscse"].after_step(views())
     second = method(views(), state())
     assert second.logs["iscse/alpha"] == 0.1
     assert second.loss.item() == pytest.approx(
@@ -122,9 +138,9 @@ def test_iscse_adds_weighted_smoothing_once_buffer_has_k_rows(tiny_encoder: Enco
 
 
 def test_dclr_zeroes_negatives_the_complementary_model_finds_similar(
-    tiny_encoder: Encoder, monkeypatch: pytest.MonkeyPatch
+    tiny_st, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    method = build("dclr", tiny_encoder, dclr={"noise_ratio": 0.0, "phi": 0.9})
+    method = build("dclr", tiny_st, dclr={"noise_ratio": 0.0, "phi": 0.9})
     sims = torch.tensor([[1.0, 0.95, 0.0], [0.95, 1.0, 0.0], [0.0, 0.0, 1.0]])
     monkeypatch.setattr(method.parts["dclr"], "_complementary_similarities", lambda v: sims)
     output = method(views(), state())

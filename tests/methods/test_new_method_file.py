@@ -49,7 +49,7 @@ class Probe(Method):
 
 def test_a_new_method_file_is_found_and_trains(tiny_model_dir: Path, tmp_path: Path) -> None:
     """A copy of the library with one file dropped into `methods/`: `method: simcse+probe`
-    builds and takes a training step that logs the new term."""
+    builds a loss (`method_loss`) that trains through the trainer and logs the new term."""
     library = tmp_path / "lib"
     shutil.copytree(
         Path(sentemb.__file__).parent,
@@ -58,13 +58,15 @@ def test_a_new_method_file_is_found_and_trains(tiny_model_dir: Path, tmp_path: P
     )
     (library / "sentemb" / "methods" / "probe.py").write_text(NEW_METHOD, encoding="utf-8")
     code = (
-        "from pathlib import Path; from support.training import make_trainer\n"
+        "from pathlib import Path; from support.training import make_job\n"
         "import sentemb.methods as m, sentemb.registry as r\n"
         f"assert m.__file__.startswith({str(library)!r}), m.__file__\n"
-        f"trainer = make_trainer(Path({str(tiny_model_dir)!r}), 'simcse+probe',"
-        f" Path({str(tmp_path / 'ck')!r}))\n"
-        "logs = trainer.step(0)\n"
-        "print(sorted(r.METHODS), sorted(logs))\n"
+        f"job = make_job(Path({str(tiny_model_dir)!r}), 'simcse+probe',"
+        f" Path({str(tmp_path / 'ck')!r}), max_steps=2)\n"
+        "logs = []\n"
+        f"job.train(Path({str(tmp_path / 'out')!r}), Path({str(tmp_path / 'ck')!r}),"
+        " on_log=lambda metrics, step: logs.extend(metrics))\n"
+        "print(sorted(r.METHODS), sorted(set(logs)))\n"
     )
     path = os.pathsep.join([str(library), str(TESTS)])
     result = subprocess.run(

@@ -11,7 +11,7 @@ import torch
 
 from sentemb.config import ConfigError
 from sentemb.encoder import Encoder
-from sentemb.methods.base import CombinedMethod, MethodOutput, TrainState, Views
+from sentemb.losses import PaSeRLoss, method_loss
 from sentemb.methods.paser import (
     MaskedCopy,
     decoder_targets,
@@ -19,10 +19,11 @@ from sentemb.methods.paser import (
     generative_loss,
     mask_phrases,
 )
-from sentemb.phrases import PhrasesConfig, extract, phrase_span
+from sentemb.phrases import PhrasesConfig, extract, phrase_span, read_phrase_spans
 from sentemb.reconstruct import reconstruct
+from sentemb.training.run import paser_phrases
 
-from support.training import SENTENCES, make_trainer, paser_params
+from support.training import SENTENCES, make_job, paser_params
 
 SENTENCE = "Do I need a transit visa for a stop in London?"
 
@@ -64,10 +65,9 @@ def test_generative_loss_eq3_by_hand() -> None:
     )
     targets = torch.tensor([[2, 0, pad], [0, pad, pad]])
     keep = targets != pad
-    rows = torch.tensor([[0, 0, 0], [1, 1, 1]])[keep]
     # sentence 1: -ln(3/5) - ln(2/4); sentence 2: -ln(1/3); eq. 3 sums tokens, batch mean
     expected = (-math.log(0.6) - math.log(0.5) + math.log(3)) / 2
-    loss = generative_loss(logits[keep], targets[keep], rows, sentences=2)
+    loss = generative_loss(logits[keep], targets[keep], sentences=2)
     assert loss.item() == pytest.approx(expected, rel=1e-6)
 
 
@@ -78,50 +78,77 @@ def test_decoder_targets_shift_right_with_end_of_phrase() -> None:
     assert inputs.tolist() == [[101, 7, 8, 102, 9], [101, 5, 0, 0, 0]]
 
 
-def batch_views(encoder: Encoder, sentences: list[str]) -> Views:
-    def tokenize(texts: list[str]) -> dict[str, torch.Tensor]:
-        return dict(encoder.tokenize(texts, 32))
-
-    def refuse(batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        raise AssertionError("a generative-only objective must not build the dropout views")
-
-    return Views(
-        sentences,
-        tokenize(sentences),
-        tokenize,
-        lambda batch: encoder(**batch),
-        refuse,
-        lambda view, layer: view.pooled,
-    )
+def prepared(loss: PaSeRLoss, sentences: list[str], phrases=None, seeds=None) -> list[dict]:
+    """The features the pipeline's collator hands the loss: the sentences, PaSeR's inputs."""
+    made = loss.batch_inputs()["paser"](sentences, phrases, seeds or list(range(len(sentences))))
+    return [loss.model.tokenize(sentences), made]
 
 
-def test_paser_terms_and_gradient_reach_encoder_and_decoder(
-    tiny_encoder: Encoder, tmp_path: Path
-) -> None:
-    params = {"paser": paser_params(tmp_path)}
-    method = CombinedMethod("paser", params, tiny_encoder)
-    assert not method.contrastive
-    state = TrainState(0, 10, torch.Generator().manual_seed(0))
-    output = method(batch_views(tiny_encoder, SENTENCES[:4]), state)
-    assert set(output.logs) == {"paser/generative", "paser/mlm", "paser/masked_share"}
-    assert output.loss.item() == pytest.approx(
-        output.logs["paser/generative"] + output.logs["paser/mlm"], rel=1e-5
-    )
-    output.loss.backward()
-    embeddings = tiny_encoder.backbone.get_input_embeddings().weight
+def test_paser_terms_and_gradient_reach_encoder_and_decoder(tiny_st, tmp_path: Path) -> None:
+    """Alone, PaSeR is eq. 4 (generative + MLM), never encodes the dropout views (one forward
+    pass: s, s~ and the MLM rows), and trains the encoder and its decoder, whose embeddings are
+    the encoder's (shared, not a copy)."""
+    loss = method_loss("paser", tiny_st, {"paser": paser_params(tmp_path)})
+    assert not loss.contrastive and isinstance(loss, PaSeRLoss)
+    calls = []
+    forward = tiny_st.forward
+    tiny_st.forward = lambda features, **kw: calls.append(features) or forward(features, **kw)
+    terms = loss(prepared(loss, SENTENCES[:4]))
+    assert set(terms) == {"paser/generative", "paser/mlm"} and len(calls) == 1
+    assert calls[0]["input_ids"].shape[0] == 3 * 4
+    sum(terms.values()).backward()
+    embeddings = tiny_st[0].auto_model.get_input_embeddings().weight
     assert embeddings.grad is not None and embeddings.grad.abs().sum() > 0
-    assert all(p.grad is not None for p in method.parts["paser"].decoder.parameters())
-    assert not any(p is embeddings for p in method.parameters())  # shared, not duplicated
+    assert all(p.grad is not None for p in loss.parts["paser"].decoder.parameters())
+    assert not any(p is embeddings for p in loss.own_parameters())
 
 
-def test_simcse_plus_paser_adds_the_contrastive_term(tiny_encoder: Encoder, tmp_path: Path) -> None:
-    method = CombinedMethod("simcse+paser", {"paser": paser_params(tmp_path)}, tiny_encoder)
-    assert method.contrastive
+def test_paser_finds_its_phrases_itself(tiny_st, tmp_path: Path) -> None:
+    """With no phrases given (a one-column dataset), PaSeR runs RAKE on the batch: the same
+    inputs as with the phrases stage's; given only token ids (a plain sentence-transformers
+    collator), it reads them back as text and trains."""
+    params = {"paser": paser_params(tmp_path)}
+    loss = method_loss("paser", tiny_st, params)
+    make = loss.batch_inputs()["paser"]
+    spans = read_phrase_spans(Path(params["paser"]["phrases"]))
+    texts = SENTENCES[:4]
+    staged = make(texts, [spans[t] for t in texts], [0, 1, 2, 3])
+    found = make(texts, None, [0, 1, 2, 3])
+    assert staged.keys() == found.keys()
+    assert all(torch.equal(staged[key], found[key]) for key in staged)
+    terms = loss([tiny_st.tokenize(texts)])
+    assert torch.isfinite(sum(terms.values()))
+
+
+def test_inputs_of_a_sentence_do_not_depend_on_its_batch(tiny_st, tmp_path: Path) -> None:
+    """EDA and MLM masking draw from each sentence's seed: a sentence's rows are the same in a
+    batch of 4 as in a batch of 2 (as one process's share of a global batch)."""
+    loss = method_loss("paser", tiny_st, {"paser": paser_params(tmp_path) | {"augment": ["swap"]}})
+    make = loss.batch_inputs()["paser"]
+    whole = make(SENTENCES[:4], None, [5, 6, 7, 8])
+    half = make(SENTENCES[2:4], None, [7, 8])
+    width = half["input_ids"].shape[1]
+    for mine, theirs in ((0, 2), (1, 3), (2, 6), (3, 7)):  # s and s~ of sentences 2 and 3
+        row = whole["input_ids"][theirs]
+        assert torch.equal(
+            row[:width][half["attention_mask"][mine] == 1],
+            half["input_ids"][mine][half["attention_mask"][mine] == 1],
+        )
+
+
+def test_simcse_plus_paser_adds_the_contrastive_term(tiny_st, tmp_path: Path) -> None:
+    loss = method_loss("simcse+paser", tiny_st, {"paser": paser_params(tmp_path)})
+    assert loss.contrastive
+    assert set(loss(prepared(loss, SENTENCES[:4]))) == {
+        "contrastive_loss",
+        "paser/generative",
+        "paser/mlm",
+    }
 
 
 def test_saved_decoder_reconstructs_masked_phrases(tiny_model_dir: Path, tmp_path: Path) -> None:
-    trainer = make_trainer(tiny_model_dir, "paser", tmp_path / "ck", max_steps=2, eval_steps=2)
-    trainer.train(tmp_path / "out")
+    job = make_job(tiny_model_dir, "paser", tmp_path / "ck", max_steps=2, eval_steps=2)
+    job.train(tmp_path / "out", tmp_path / "ck")
     assert (tmp_path / "out/paser_decoder/model.safetensors").is_file()
     rows = reconstruct(tmp_path / "out", [SENTENCE], "english")
     assert rows[0]["original"] == SENTENCE
@@ -139,65 +166,56 @@ def short_paser(folder: Path, **config: object) -> dict:
     return {"phrases": str(folder / "rake.jsonl"), "decoder_layers": 1, **config}
 
 
-def paser_output(encoder: Encoder, paser: dict, sentences: list[str]) -> MethodOutput:
-    """One evaluation-mode objective (no dropout) with the EDA stream of seed 0."""
-    method = CombinedMethod("paser", {"paser": paser}, encoder).eval()
-    return method(
-        batch_views(encoder, sentences), TrainState(0, 10, torch.Generator().manual_seed(0))
-    )
+def paser_terms(model, paser: dict, sentences: list[str], seeds: list[int]) -> dict:
+    """One evaluation-mode objective (no dropout) of `sentences` drawing from `seeds`."""
+    loss = method_loss("paser", model, {"paser": paser}).eval()
+    return loss(prepared(loss, sentences, seeds=seeds))
 
 
-def test_mlm_term_is_zero_when_masking_selects_no_token(
-    tiny_encoder: Encoder, tmp_path: Path
-) -> None:
+def test_mlm_term_is_zero_when_masking_selects_no_token(tiny_st, tmp_path: Path) -> None:
     """Hand-built: a masking probability of 1e-9 selects none of the 5 tokens; the MLM term is 0
     (cross-entropy over no token is NaN) and the loss is the loss without MLM."""
-    none_masked = paser_output(
-        tiny_encoder, short_paser(tmp_path / "short", mlm_probability=1e-9), SHORT
-    )
-    without_mlm = paser_output(tiny_encoder, short_paser(tmp_path / "short", mlm_weight=0.0), SHORT)
-    assert none_masked.logs["paser/mlm"] == 0.0
-    assert "paser/mlm" not in without_mlm.logs
-    assert none_masked.loss.item() == pytest.approx(without_mlm.loss.item(), rel=1e-5)
-    assert none_masked.logs["paser/generative"] > 0
-    none_masked.loss.backward()
-    assert torch.isfinite(tiny_encoder.backbone.get_input_embeddings().weight.grad).all()
+    folder = tmp_path / "short"
+    none_masked = paser_terms(tiny_st, short_paser(folder, mlm_probability=1e-9), SHORT, [0, 1])
+    without_mlm = paser_terms(tiny_st, short_paser(folder, mlm_weight=0.0), SHORT, [0, 1])
+    assert none_masked["paser/mlm"].item() == 0.0
+    assert "paser/mlm" not in without_mlm
+    total = sum(none_masked.values())
+    assert total.item() == pytest.approx(sum(without_mlm.values()).item(), rel=1e-5)
+    assert none_masked["paser/generative"].item() > 0
+    total.backward()
+    assert torch.isfinite(tiny_st[0].auto_model.get_input_embeddings().weight.grad).all()
 
 
-def test_mlm_of_one_or_two_short_sentences_is_always_finite(
-    tiny_encoder: Encoder, tmp_path: Path
-) -> None:
+def test_mlm_of_one_or_two_short_sentences_is_always_finite(tiny_st, tmp_path: Path) -> None:
     """The default 15% masking of batches of 1-2 short sentences: often no token is picked
     (0.85^5 = 44% for both), and every loss is finite whether or not one is."""
     paser = short_paser(tmp_path / "short")
     skipped = scored = 0
     for seed in range(30):
-        torch.manual_seed(seed)  # the MLM masking draws from the global generator
-        output = paser_output(tiny_encoder, paser, SHORT[: 1 + seed % 2])
-        assert math.isfinite(output.loss.item()), seed
-        skipped += output.logs["paser/mlm"] == 0.0
-        scored += output.logs["paser/mlm"] > 0
+        count = 1 + seed % 2
+        terms = paser_terms(tiny_st, paser, SHORT[:count], [seed] * count)
+        assert math.isfinite(sum(terms.values()).item()), seed
+        skipped += terms["paser/mlm"].item() == 0.0
+        scored += terms["paser/mlm"].item() > 0
     assert skipped and scored
 
 
-def test_phrases_of_another_corpus_are_refused(tiny_encoder: Encoder, tmp_path: Path) -> None:
+def test_phrases_of_another_corpus_are_refused(tmp_path: Path) -> None:
     """The phrases file must hold exactly the training corpus's distinct sentences."""
     params = {"paser": paser_params(tmp_path / "phrases")}
     path = re.escape(params["paser"]["phrases"])
-    method = CombinedMethod("simcse+paser", params, tiny_encoder)
-    method.check_corpus([*reversed(SENTENCES), *SENTENCES[:3]])  # order and repeats: the same
+    paser_phrases(params, [*reversed(SENTENCES), *SENTENCES[:3]])  # order and repeats: the same
     with pytest.raises(
         ConfigError,
         match=rf"^paser\.phrases: {path} was made from another corpus \(64 distinct sentences; "
         r"the training corpus has 2, and it has no row for the training sentence 'Thanks!'\)",
     ):
-        method.check_corpus(SHORT)
+        paser_phrases(params, SHORT)
     with pytest.raises(ConfigError, match=r"the training corpus has 10, and it has rows for sen"):
-        method.check_corpus(SENTENCES[:10])
+        paser_phrases(params, SENTENCES[:10])
     with pytest.raises(ConfigError, match=r"the training corpus has 65, and it has no row for"):
-        method.check_corpus([*SENTENCES, "one more sentence"])
-    with pytest.raises(ConfigError, match=rf"^paser\.phrases: {path} has no row for the train"):
-        method.parts["paser"].masked_copy("Thanks!", 30)
+        paser_phrases(params, [*SENTENCES, "one more sentence"])
 
 
 @pytest.mark.parametrize(
@@ -205,10 +223,10 @@ def test_phrases_of_another_corpus_are_refused(tiny_encoder: Encoder, tmp_path: 
     [(None, r"nope\.jsonl: not found"), ("not json\n", r"nope\.jsonl:1: not a RAKE record")],
 )
 def test_missing_or_malformed_phrases_file_names_the_param(
-    tiny_encoder: Encoder, tmp_path: Path, content: str | None, message: str
+    tmp_path: Path, content: str | None, message: str
 ) -> None:
     path = tmp_path / "nope.jsonl"
     if content is not None:
         path.write_text(content)
     with pytest.raises(ConfigError, match=rf"^paser\.phrases: .*{message}"):
-        CombinedMethod("paser", {"paser": {"phrases": str(path)}}, tiny_encoder)
+        paser_phrases({"paser": {"phrases": str(path)}}, SENTENCES)

@@ -18,6 +18,7 @@ import yaml
 
 from sentemb.config import read_yaml
 from sentemb.services import CONNECT_SECONDS
+from sentemb.training.checkpoint import STATE_FILE
 
 from support import REPO
 from support.services import remote_of
@@ -109,15 +110,22 @@ def prepared(tmp_path_factory: pytest.TempPathFactory, mirror: Path, tiny_model_
     params["data"].update(mirror=str(mirror), corpus_size=500, datasets=["wiki1m", "STSBenchmark"])
     params["model"]["name_or_path"] = str(tiny_model_dir)
     params.update(method="simcse", seeds=[1])
-    params["train"].update(batch_size=16, max_steps=6, eval_steps=2, checkpoint_steps=1)
+    params["train"].update(batch_size=16, max_steps=6, eval_steps=2, checkpoint_minutes=0.0)
     (clone / "params.yaml").write_text(yaml.safe_dump(params))
     run([*DVC, "repro", "phrases"], clone, env)
     return clone
 
 
 def last_step(clone: Path) -> int:
-    found = glob.glob(str(clone / "checkpoints/1/*/last/state.json"))
-    return json.loads(Path(found[0]).read_text())["step"] if found else 0
+    """The step of the newest complete checkpoint (0: none yet)."""
+    found = glob.glob(str(clone / f"checkpoints/1/*/checkpoint-*/{STATE_FILE}"))
+    steps = []
+    for state in found:
+        try:
+            steps.append(json.loads(Path(state).read_text())["step"])
+        except (OSError, ValueError):  # rotated away meanwhile
+            continue
+    return max(steps, default=0)
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +142,7 @@ def test_dvc_repro_resumes_training_killed_with_sigkill(
 ) -> None:
     """`dvc repro` and its training process are killed once checkpoint 2 of 6 is written;
     `dvc status` shows the stage changed; `dvc repro` resumes and ends byte-identical. (Other
-    kill points, per method, are `tests/training/test_loop.py`'s, in one process.)"""
+    kill points, per method, are `tests/training/test_trainer.py`'s, in one process.)"""
     kill_at = 2
     clone = tmp_path / "clone"
     shutil.copytree(prepared, clone, symlinks=True)

@@ -155,7 +155,7 @@ def test_a_dummy_of_each_kind_runs_through_the_stage_code(
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     params["data"] |= {"mirror": str(mirror)}
     params["model"] |= {"name_or_path": str(tiny_model_dir), "pooler": "first_layer"}
-    params["train"] |= {"batch_size": 8, "max_steps": 2, "eval_steps": 2, "checkpoint_steps": 2}
+    params["train"] |= {"batch_size": 8, "max_steps": 2, "eval_steps": 2, "checkpoint_minutes": 0.0}
     params["train"] |= {"pooler": "first_layer", "eval_pooler": "first_layer", "corpus": "sts"}
     params["dummy"] = {"weight": 0.25}  # the new method's section
     params["refine"] |= {"methods": ["dummy"], "fit_on": "eval", "suites": ["sts", "dummy"]}

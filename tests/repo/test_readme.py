@@ -244,8 +244,6 @@ def test_benchmarks_floor_is_its_json(floor: str, monkeypatch: pytest.MonkeyPatc
     ("script", "result"),
     [
         ("eval_compute.py", "eval_compute.json"),
-        ("gpu.py", "gpu_bert_base.json"),
-        ("gpu.py", "gpu_bert_base_h100.json"),
     ],
 )
 def test_benchmarks_table_is_its_json(

@@ -23,8 +23,9 @@ import yaml
 from sentemb.config import ConfigError, read_yaml
 from sentemb.encoder import Encoder
 from sentemb.evaluation.encoders import load_encoder
-from sentemb.methods.base import CombinedMethod
+from sentemb.losses import method_loss
 from sentemb.pooling import POOLERS
+from sentemb.st_model import st_model
 
 from support import REPO
 from support.stages import run_stage
@@ -103,9 +104,9 @@ def test_a_file_is_no_model_folder(tmp_path: Path) -> None:
         Encoder.from_pretrained(str(tmp_path / "model.txt"))
 
 
-def test_missing_folder_names_the_param_that_set_it(tiny_encoder: Encoder, tmp_path: Path) -> None:
+def test_missing_folder_names_the_param_that_set_it(tiny_st, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"^dclr\.complementary_model: \./nope: no such model"):
-        CombinedMethod("dclr", {"dclr": {"complementary_model": "./nope"}}, tiny_encoder)
+        method_loss("dclr", tiny_st, {"dclr": {"complementary_model": "./nope"}})
     params = {"eval": {"chinese": {"model": "./nope"}}}
     with pytest.raises(ConfigError, match=r"^eval\.chinese\.model: \./nope: no such model folder"):
         load_encoder("./nope", "zh", params, tmp_path)
@@ -297,9 +298,9 @@ def test_paser_refuses_padding_with_its_end_of_phrase_token(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     """PaSeR's decoder masks padding: a pad that is [SEP] would hide every end of phrase."""
-    encoder = Encoder.from_pretrained(str(no_pad_copy(tiny_model_dir, tmp_path / "model")))
+    model = st_model(str(no_pad_copy(tiny_model_dir, tmp_path / "model")), "cls_before_pooler", 32)
     with pytest.raises(ConfigError, match=r"^model\.name_or_path: paser needs distinct mask, st"):
-        CombinedMethod("paser", {"paser": paser_params(tmp_path / "phrases")}, encoder)
+        method_loss("paser", model, {"paser": paser_params(tmp_path / "phrases")})
 
 
 # -- the train stage -------------------------------------------------------------------------------

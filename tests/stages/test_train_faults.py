@@ -21,7 +21,7 @@ import yaml
 from safetensors.torch import load_file, save_file
 
 from sentemb.encoder import native_bf16
-from sentemb.training.checkpoint import LOCK_FILE
+from sentemb.training.checkpoint import LOCK_FILE, STATE_FILE
 
 from support import REPO
 from support.stages import last_error, run_stage, train_args, write_params
@@ -40,7 +40,7 @@ def data(downloaded: Path) -> Path:
 def training(work: Path, mirror: Path, model_dir: Path, **sections: dict) -> Path:
     """Params for 4 steps of batch 16 on `model_dir` (sections update the defaults) in `work`."""
     work.mkdir(exist_ok=True)
-    train = {"batch_size": 16, "max_steps": 4, "eval_steps": 2, "checkpoint_steps": 1}
+    train = {"batch_size": 16, "max_steps": 4, "eval_steps": 2, "checkpoint_minutes": 0.0}
     params = write_params(work, mirror, model={"name_or_path": str(model_dir)})
     values = yaml.safe_load(params.read_text())
     values["train"].update(train)
@@ -247,13 +247,13 @@ def test_missing_dev_set_is_found_before_training(
 
 KILLED = """
 import os, runpy, signal, sys
-from sentemb.training.loop import Trainer
-step = Trainer.step
-def killing(self, index):
-    if index == 2:  # the checkpoint of step 2 is written
+from sentemb.losses import MethodLoss
+forward = MethodLoss.forward
+def killing(self, features, labels=None):
+    if self.step == 2 and self.model.training:  # the checkpoint of step 2 is written
         os.kill(os.getpid(), signal.SIGKILL)
-    return step(self, index)
-Trainer.step = killing
+    return forward(self, features, labels)
+MethodLoss.forward = killing
 sys.argv = [{stage!r}, *{args!r}]
 runpy.run_path({stage!r}, run_name="__main__")
 """
@@ -290,8 +290,8 @@ def test_resume_only_the_same_run(
         timeout=600,
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    (checkpoint,) = (tmp_path / "checkpoints").glob("*/last")
-    assert json.loads((checkpoint / "state.json").read_text())["step"] == 2
+    checkpoint = max((tmp_path / "checkpoints").glob("*/checkpoint-*"))
+    assert json.loads((checkpoint / STATE_FILE).read_text())["step"] == 2
 
     smaller = data_copy(data, tmp_path / "smaller")
     corpus = smaller / "corpus" / "train.txt"
@@ -311,11 +311,11 @@ def test_resume_only_the_same_run(
             STAMP.sub("", line) for line in result.stderr.splitlines() if "starting afresh" in line
         ]
         assert fresh == [
-            f"WARNING sentemb.training.loop: starting afresh, not resuming {checkpoint}: "
+            f"WARNING sentemb.training.checkpoint: starting afresh, not resuming {checkpoint}: "
             f"that checkpoint is of another run (it differs in {differs}); it is left in place"
         ]
         assert "resuming from" not in result.stderr
-        assert json.loads((checkpoint / "state.json").read_text())["step"] == 2
+        assert json.loads((checkpoint / STATE_FILE).read_text())["step"] == 2
         original.write_bytes(backup)
     result = train(tmp_path, params, data, stage_env, "simcse + iscse")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -335,17 +335,17 @@ LIKELY = r"likely: train.learning_rate \({lr}\) too high, simcse.temperature \(0
     ("settings", "message"),
     [
         (
-            {"learning_rate": 1e30, "checkpoint_steps": 1},
+            {"learning_rate": 1e30, "checkpoint_minutes": 0.0},
             r"training diverged at step 1: the weight norm is inf in float32; no checkpoint was "
             r"written; " + LIKELY.format(lr=r"1e\+30"),
         ),
         (
-            {"learning_rate": 1e10, "checkpoint_steps": 1, "eval_steps": 4},
+            {"learning_rate": 1e10, "checkpoint_minutes": 0.0, "eval_steps": 4},
             r"training diverged at step 2: the loss is nan; the last good checkpoint \(step 1\) "
             r"is kept in {checkpoints}/\w+; " + LIKELY.format(lr=r"1e\+10"),
         ),
         (
-            {"learning_rate": 1e10, "checkpoint_steps": 4, "eval_steps": 1},
+            {"learning_rate": 1e10, "checkpoint_minutes": 1000.0, "eval_steps": 1},
             r"training diverged at step 1: the dev set cannot be scored: .*non-finite vectors.*; "
             r"no checkpoint was written; " + LIKELY.format(lr=r"1e\+10"),
         ),
@@ -369,7 +369,7 @@ def test_divergence_is_one_error_and_keeps_the_last_good_checkpoint(
     assert re.match(f"error: {message.replace('{checkpoints}', checkpoints)}", error), error
     assert not any((tmp_path / name).exists() for name in ("model", "train.json", "plots"))
     assert not (tmp_path / "checkpoints" / LOCK_FILE).exists()  # the run let go of the folder
-    for weights in (tmp_path / "checkpoints").glob("*/last/model.safetensors"):
+    for weights in (tmp_path / "checkpoints").glob("*/checkpoint-*/model.safetensors"):
         assert all(torch.isfinite(t).all() for t in load_file(weights).values())
 
 
@@ -397,7 +397,7 @@ def test_training_that_learns_nothing_is_warned_in_the_metrics(
     assert metrics["final_loss"] == 0.0 and metrics["best_dev"] == metrics["initial_dev"]
     assert len(metrics["warnings"]) == 1
     assert metrics["warnings"][0].startswith("the loss was 0 at every logged step")
-    assert f"WARNING sentemb.training.loop: {metrics['warnings'][0]}" in result.stderr
+    assert f"WARNING sentemb.training.run: {metrics['warnings'][0]}" in result.stderr
 
 
 def test_second_process_on_a_checkpoint_folder_is_one_error(

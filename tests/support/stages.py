@@ -175,7 +175,7 @@ def tiny_training(
 ) -> Path:
     """A fresh `work` folder and its params: the tiny model, batch 16, `max_steps` steps."""
     work.mkdir()
-    train = {"batch_size": 16, "max_steps": max_steps, "eval_steps": 2, "checkpoint_steps": 2}
+    train = {"batch_size": 16, "max_steps": max_steps, "eval_steps": 2, "checkpoint_minutes": 0.0}
     model = {"name_or_path": str(tiny_model_dir)}
     return write_params(work, mirror, model=model, train=train, **sections)
 

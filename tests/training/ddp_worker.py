@@ -1,4 +1,9 @@
-"""Run by `torchrun --nproc_per_node=2`: one step's loss and averaged gradients, as JSON."""
+"""One training step of a tiny job through the trainer, alone or under torchrun: writes the
+loss (averaged over the processes) and every trainable gradient as the optimizer gets it
+(averaged, before clipping), from rank 0, as JSON.
+
+    python ddp_worker.py MODEL SPEC OUT [SENTENCES.json]
+"""
 
 from __future__ import annotations
 
@@ -7,27 +12,53 @@ import os
 import sys
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: support
-from support.training import make_trainer
+from sentemb.training.trainer import Trainer
+
+from support.training import make_job
+
+CAPTURED: dict = {}
+
+
+def capture(self: Trainer, model: torch.nn.Module) -> torch.Tensor:
+    norm = clip(self, model)
+    loss = self.loss.last.clone()
+    if dist.is_initialized():
+        dist.all_reduce(loss, op=dist.ReduceOp.AVG)
+    CAPTURED["loss"] = float(loss)
+    CAPTURED["grads"] = {
+        name.replace("model.module.", "model."): p.grad.tolist()
+        for name, p in self.loss.named_parameters()
+        if p.grad is not None
+    }
+    return norm
+
+
+clip = Trainer._clip_grad_norm
 
 
 def main() -> None:
     model_dir, spec, out = sys.argv[1:4]
-    rank = int(os.environ["RANK"])
-    trainer = make_trainer(
-        Path(model_dir), spec, Path(out).parent / f"ck{rank}", dropout_free=True, precision="fp32"
+    sentences = json.loads(Path(sys.argv[4]).read_text()) if len(sys.argv) > 4 else None
+    rank = int(os.environ.get("RANK", "0"))
+    Trainer._clip_grad_norm = capture
+    checkpoints = Path(out).parent / "ck"  # one folder for every process, as the stage has
+    job = make_job(
+        Path(model_dir),
+        spec,
+        checkpoints,
+        dropout_free=True,
+        max_steps=1,
+        max_grad_norm=0.0,
+        sentences=sentences,
+        method_params={"paser": {"augment": ["synonym", "swap"], "augment_ratio": 0.3}},
     )
-    logs, _ = trainer.compute_gradients(0)
-    if trainer.rank == 0:
-        grads = {
-            name: p.grad.tolist()
-            for name, p in trainer.encoder.named_parameters()
-            if p.grad is not None
-        }
-        Path(out).write_text(json.dumps({"loss": logs["loss"], "grads": grads}))
-    dist.destroy_process_group()
+    job.train(Path(out).parent / "model", checkpoints)
+    if rank == 0:
+        Path(out).write_text(json.dumps(CAPTURED))
 
 
 if __name__ == "__main__":

@@ -8,10 +8,10 @@ import numpy as np
 
 from sentemb.encoder import Encoder
 from sentemb.io import MARKER
-from sentemb.training.loop import TrainResult
 from sentemb.training.modelcard import CARD, CardInfo, model_card, write_model_card
+from sentemb.training.trainer import TrainResult
 
-from support.training import make_trainer
+from support.training import make_job
 
 SENTENCES = ["A man is playing a guitar.", "Two dogs run in the snow.", "A man plays music."]
 
@@ -71,15 +71,16 @@ def test_trained_folder_is_a_sentence_transformers_folder_with_its_card(
     config, and the vectors of our Encoder in fp32."""
     from sentence_transformers import SentenceTransformer
 
-    trainer = make_trainer(tiny_model_dir, "simcse", tmp_path / "ck", max_steps=2, eval_steps=2)
+    job = make_job(tiny_model_dir, "simcse", tmp_path / "ck", max_steps=2, eval_steps=2)
     seen: list[TrainResult] = []
 
     def card(folder: Path, result: TrainResult) -> None:
         seen.append(result)
         write_model_card(folder, info(base_model=str(tiny_model_dir), dim=32))
 
+    job.write_card = card
     out = tmp_path / "model"
-    result = trainer.train(out, finish=card)
+    result = job.train(out, tmp_path / "ck")
     assert seen == [result]
     assert CARD in (out / MARKER).read_text().splitlines()
     assert {"modules.json", "sentence_bert_config.json", "1_Pooling"} <= {

@@ -1,6 +1,7 @@
-"""Training safety in the loop itself: divergence stops at its step and keeps the last good
-checkpoint, a run that learns nothing is warned about, batches and devices that cannot train are
-refused, `train` params are validated, one process per checkpoint folder, run keys and specs."""
+"""Training safety around the trainer's loop: divergence stops at its step and keeps the last
+good checkpoint, no update comes from a non-finite step, a run that learns nothing is warned
+about, batches and devices that cannot train are refused, `train` params are validated, one
+process per checkpoint folder, run keys and specs."""
 
 from __future__ import annotations
 
@@ -22,105 +23,115 @@ from sentemb import encoder
 from sentemb.config import ConfigError, from_dict, parse_spec
 from sentemb.evaluation.base import UnusableVectors
 from sentemb.io import CheckpointError
-from sentemb.training.checkpoint import LOCK_FILE, exclusive, key_differences
+from sentemb.training.checkpoint import (
+    LOCK_FILE,
+    STATE_FILE,
+    exclusive,
+    key_differences,
+    latest_checkpoint,
+)
 from sentemb.training.config import TrainConfig
-from sentemb.training.loop import DivergenceError, Trainer, check_batches, pick_device
+from sentemb.training.trainer import DivergenceError, check_batches, pick_device
 
-from support.training import hold_checkpoints, make_trainer
+from support.training import hold_checkpoints, make_job
 
 HERE = Path(__file__).resolve().parent
 
 
-def last_checkpoint(trainer: Trainer) -> tuple[int, dict[str, torch.Tensor]]:
-    """The step and tensors of the run's `last` checkpoint."""
-    state = json.loads((trainer.run_dir / "last" / "state.json").read_text())
-    return state["step"], load_file(trainer.run_dir / "last" / "model.safetensors")
+def last_checkpoint(checkpoints: Path) -> tuple[int, dict[str, torch.Tensor]]:
+    """The step and model weights of the run's newest complete checkpoint."""
+    folder = latest_checkpoint(next(checkpoints.iterdir()))
+    state = json.loads((folder / STATE_FILE).read_text())
+    return state["step"], load_file(folder / "model.safetensors")
 
 
+@pytest.mark.parametrize("fused", [True, False])
 @pytest.mark.parametrize(
-    ("fault", "at", "message"),
+    ("fault", "message"),
     [
-        ("nan loss", 5, "the loss is nan"),
-        ("inf loss", 5, "the loss is inf"),
-        ("nan grad", 5, "the gradient norm is nan in float32"),
-        ("inf weight", 4, "the weight norm is inf in float32"),
+        ("nan loss", "the loss is nan"),
+        ("inf loss", "the loss is inf"),
+        ("nan grad", "the gradient norm is nan in float32"),
     ],
 )
-def test_non_finite_loss_gradient_or_weight_stops_at_its_step(
+def test_non_finite_loss_or_gradient_stops_at_its_step(
     monkeypatch: pytest.MonkeyPatch,
     tiny_model_dir: Path,
     tmp_path: Path,
     fault: str,
-    at: int,
     message: str,
+    fused: bool,
 ) -> None:
-    """Injected at step 5 (checkpoints every 2): one error naming step 5 and the likely params
-    (`auto` precision among them: bf16 autocast here, as on a CPU with bf16 instructions);
-    nothing updated with it, the step-4 checkpoint kept and finite, no output. A weight made
-    infinite by step 3 is found when step 4 would checkpoint it: step 2's is kept."""
+    """Injected in step 5 (a checkpoint after every step): one error naming step 5 and the
+    likely params (`auto` precision among them: bf16 autocast here, as on a CPU with bf16
+    instructions); the step's update is skipped (fused AdamW, on the device) or never made
+    (unfused, read at once), the step-4 checkpoint kept, no output."""
     monkeypatch.setattr(encoder, "native_bf16", lambda: True)
-    trainer = make_trainer(tiny_model_dir, "simcse", tmp_path / "ck")
-    compute_gradients, step = trainer.compute_gradients, trainer.step
-    first = next(p for p in trainer.params if p.requires_grad)
+    job = make_job(tiny_model_dir, "simcse", tmp_path / "ck", precision="auto", fused_adamw=fused)
+    forward, first = job.loss.forward, next(p for p in job.loss.parameters() if p.requires_grad)
+    updated: list[torch.Tensor] = []
 
-    def faulty_gradients(index: int):
-        logs, views = compute_gradients(index)
-        if index == 4 and fault == "nan grad":
-            first.grad.view(-1)[0] = math.nan
-        elif index == 4 and fault.endswith("loss"):
-            logs["loss"] = math.nan if fault == "nan loss" else math.inf
-        return logs, views
+    def faulty(features, labels=None):
+        terms = forward(features, labels)
+        if job.loss.step == 5 and job.model.training:
+            updated.append(first.detach().clone())
+            if fault == "nan grad":
+                first.register_hook(lambda grad: grad * math.nan)
+            elif fault.endswith("loss"):
+                bad = math.nan if fault == "nan loss" else math.inf
+                terms["contrastive_loss"] = terms["contrastive_loss"] * bad
+                job.loss.last = job.loss.last * bad
+        return terms
 
-    def faulty_step(index: int):
-        logs = step(index)
-        if index == 3 and fault == "inf weight":
-            first.data.view(-1)[0] = math.inf
-        return logs
-
-    trainer.compute_gradients, trainer.step = faulty_gradients, faulty_step
-    kept = at - 1 if at % 2 else at - 2
+    job.loss.forward = faulty
     expected = (
-        rf"^training diverged at step {at}: {message}; the last good checkpoint \(step {kept}\) is "
-        rf"kept in {re.escape(str(trainer.run_dir))}; likely: train.learning_rate \(3e-05\) "
+        rf"^training diverged at step 5: {message}; the last good checkpoint \(step 4\) is kept"
+        rf" in {re.escape(str(tmp_path / 'ck'))}/\w+; likely: train.learning_rate \(3e-05\) "
         r"too high, simcse.temperature \(0.05\) too low, train.precision \(auto; fp32 is safer\)$"
     )
     with pytest.raises(DivergenceError, match=expected):
-        trainer.train(tmp_path / "out")
+        job.train(tmp_path / "out", tmp_path / "ck")
     assert not (tmp_path / "out").exists()
-    saved, tensors = last_checkpoint(trainer)
-    assert saved == kept and all(torch.isfinite(t).all() for t in tensors.values())
-    if fault != "inf weight":  # the bad step was not applied
-        assert all(torch.isfinite(p).all() for p in trainer.params)
+    saved, tensors = last_checkpoint(tmp_path / "ck")
+    assert saved == 4 and all(torch.isfinite(t).all() for t in tensors.values())
+    assert torch.equal(first.detach(), updated[0])  # the bad step was not applied
+    assert all(torch.isfinite(p).all() for p in job.loss.parameters())
 
 
 @pytest.mark.parametrize(
-    ("learning_rate", "steps", "message"),
+    ("learning_rate", "config", "message"),
     [
-        (1e10, {"checkpoint_steps": 1}, r"2: the loss is nan; the last good checkpoint \(step 1\)"),
+        (
+            1e10,
+            {"checkpoint_minutes": 0.0},
+            r"2: the loss is nan; the last good checkpoint \(step 1\)",
+        ),
         (1e10, {"eval_steps": 1}, "1: the dev score is nan; no checkpoint was written"),
-        (1e30, {"checkpoint_steps": 1}, "1: the weight norm is inf in float32; no checkpoint was"),
         (
             1e30,
-            {"checkpoint_steps": 1, "warmup_steps": 4},
+            {"checkpoint_minutes": 0.0},
+            "1: the weight norm is inf in float32; no checkpoint was",
+        ),
+        (
+            1e30,
+            {"checkpoint_minutes": 0.0, "warmup_steps": 4},
             r"2: the weight norm is inf in float32; the last good checkpoint \(step 1\)",
         ),
     ],
 )
 def test_real_divergence_is_one_error_and_no_bad_checkpoint(
-    tiny_model_dir: Path, tmp_path: Path, learning_rate: float, steps: dict, message: str
+    tiny_model_dir: Path, tmp_path: Path, learning_rate: float, config: dict, message: str
 ) -> None:
     """`train.learning_rate` 1e10 / 1e30: the loss, the dev score (vectors of weights ~1e10) or
     the weights themselves stop being finite; whichever comes first stops the run at its step,
     and only finite checkpoints are kept."""
-    config = {"eval_steps": 6, "checkpoint_steps": 6, **steps}
-    trainer = make_trainer(
-        tiny_model_dir, "simcse", tmp_path / "ck", learning_rate=learning_rate, **config
-    )
+    config = {"eval_steps": 6, "checkpoint_minutes": 1000.0, **config}
+    job = make_job(tiny_model_dir, "simcse", tmp_path / "ck", learning_rate=learning_rate, **config)
     with pytest.raises(DivergenceError, match=rf"^training diverged at step {message}.*rate"):
-        trainer.train(tmp_path / "out")
+        job.train(tmp_path / "out", tmp_path / "ck")
     assert not (tmp_path / "out").exists()
-    if (trainer.run_dir / "last").exists():
-        _, tensors = last_checkpoint(trainer)
+    if any((tmp_path / "ck").glob(f"*/checkpoint-*/{STATE_FILE}")):
+        _, tensors = last_checkpoint(tmp_path / "ck")
         assert all(torch.isfinite(t).all() for t in tensors.values())
 
 
@@ -130,7 +141,7 @@ def test_loss_that_never_moves_is_warned(
     """simcse.temperature 1e-6, identical views and distinct mean-pooled vectors: the loss is 0
     at every step and the model never changes; the run completes, warning in the log and in
     `warnings`."""
-    trainer = make_trainer(
+    job = make_job(
         tiny_model_dir,
         "simcse",
         tmp_path / "ck",
@@ -139,7 +150,7 @@ def test_loss_that_never_moves_is_warned(
         method_params={"simcse": {"temperature": 1e-6}},
     )
     with caplog.at_level(logging.WARNING):
-        result = trainer.train(tmp_path / "out")
+        result = job.train(tmp_path / "out", tmp_path / "ck")
     assert {point["loss"] for point in result.loss_curve} == {0.0}
     assert len(result.warnings) == 1
     assert result.warnings[0].startswith("the loss was 0 at every logged step: the model did not")
@@ -168,10 +179,8 @@ def test_best_dev_below_the_untrained_model_is_warned(
     """The dev set is scored once before the first step (`initial_dev`); a best below it is a
     warning, a run that improves has none."""
     values = scores(dev)
-    trainer = make_trainer(
-        tiny_model_dir, "simcse", tmp_path / "ck", evaluate=lambda encoder: next(values)
-    )
-    result = trainer.train(tmp_path / "out")
+    job = make_job(tiny_model_dir, "simcse", tmp_path / "ck", evaluate=lambda encoder: next(values))
+    result = job.train(tmp_path / "out", tmp_path / "ck")
     assert result.initial_dev == 50.0
     assert [point["dev"] for point in result.dev_curve] == dev[1:]
     if warned is None:
@@ -204,8 +213,9 @@ def test_batch_of_one_is_fine_without_in_batch_negatives() -> None:
 
 
 def test_batch_of_one_is_refused_before_training(tiny_model_dir: Path, tmp_path: Path) -> None:
+    job = make_job(tiny_model_dir, "sscl", tmp_path / "ck", batch_size=1)
     with pytest.raises(ConfigError, match=r"^train.batch_size: 1 leaves no in-batch"):
-        make_trainer(tiny_model_dir, "sscl", tmp_path / "ck", batch_size=1)
+        job.train(tmp_path / "out", tmp_path / "ck")
     assert not (tmp_path / "ck").exists()
 
 
@@ -246,7 +256,13 @@ LEARNING_RATE = (
     [
         ("log_steps", 0, "must be >= 1, got 0"),
         ("eval_steps", 0, "must be >= 1, got 0"),
-        ("checkpoint_steps", -2, "must be >= 1, got -2"),
+        ("checkpoint_minutes", -2, "must be >= 0, got -2.0"),
+        ("checkpoint_minutes", math.nan, "expected a finite number, got nan"),
+        ("max_grad_norm", -1, "must be >= 0, got -1.0"),
+        ("max_grad_norm", math.inf, "expected a finite number, got inf"),
+        ("compile", "yes", "expected bool, got 'yes'; or 'yes' is not one of ['auto']"),
+        ("attention", "flash", "'flash' is not one of ['sdpa', 'eager']"),
+        ("workers", -1, "must be >= 0, got -1; or -1 is not one of ['auto']"),
         ("epochs", 0, "must be >= 1, got 0"),
         ("max_steps", 0, "must be >= 1 or null, got 0"),
         ("batch_size", 0, "must be >= 1, got 0"),
@@ -306,23 +322,23 @@ def test_key_differences_name_every_differing_part() -> None:
 def test_second_process_on_a_checkpoint_folder_is_refused_until_the_first_dies(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    """A second trainer on the folder is one `CheckpointError` naming it, and touches nothing;
+    """A second run on the folder is one `CheckpointError` naming it, and touches nothing;
     once the holder is killed (SIGKILL: the kernel drops its lock) the next run resumes its
-    checkpoint."""
+    last checkpoint."""
     checkpoints = tmp_path / "ck"
     holder = hold_checkpoints(tiny_model_dir, checkpoints, tmp_path)
     try:
-        second = make_trainer(tiny_model_dir, "simcse", checkpoints)
+        second = make_job(tiny_model_dir, "simcse", checkpoints)
         before = sorted(p.relative_to(checkpoints) for p in checkpoints.rglob("*"))
         with pytest.raises(CheckpointError, match=f"^{checkpoints}: another training process"):
-            second.train(tmp_path / "out")
+            second.train(tmp_path / "out", checkpoints)
         assert sorted(p.relative_to(checkpoints) for p in checkpoints.rglob("*")) == before
         assert not (tmp_path / "out").exists()
     finally:
         os.kill(holder.pid, signal.SIGKILL)
         holder.wait()
     assert (checkpoints / LOCK_FILE).is_file()  # left behind by the killed holder
-    result = make_trainer(tiny_model_dir, "simcse", checkpoints).train(tmp_path / "out")
+    result = make_job(tiny_model_dir, "simcse", checkpoints).train(tmp_path / "out", checkpoints)
     assert result.resumed_from == 2 and result.steps == 6
     assert list(checkpoints.iterdir()) == []  # the killed holder's lock file went with this run
 
@@ -383,9 +399,9 @@ def test_an_untrained_model_whose_dev_set_cannot_be_scored_is_named(
     def unusable(encoder: object) -> float:
         raise UnusableVectors("the encoder gave the same vector for all 3 sentences")
 
-    trainer = make_trainer(tiny_model_dir, "simcse", tmp_path / "ck", evaluate=unusable)
+    job = make_job(tiny_model_dir, "simcse", tmp_path / "ck", evaluate=unusable)
     with pytest.raises(UnusableVectors, match=f"^{tiny_model_dir}: the encoder gave the same"):
-        trainer.train(tmp_path / "out")
+        job.train(tmp_path / "out", tmp_path / "ck")
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
@@ -406,10 +422,8 @@ def test_a_diverged_run_names_the_scales_of_its_methods(
     """`iscse.beta: 1e-300` or `dclr.noise_temperature: 1e-300` make the loss NaN: the error
     names each method's params that can (`Method.unstable_params`), with their values, beside
     the learning rate and SimCSE's temperature (a helper's probe found them never named)."""
-    trainer = make_trainer(
-        tiny_model_dir, spec, tmp_path / "ck", method_params={"iscse": {"beta": 3.0}}
-    )
-    likely = str(trainer.diverged(3, "the loss is nan")).split("; likely: ")[1]
+    job = make_job(tiny_model_dir, spec, tmp_path / "ck", method_params={"iscse": {"beta": 3.0}})
+    likely = ", ".join(job.likely())
     assert likely.startswith("train.learning_rate (3e-05) too high")
     assert all(f"{name}" in likely for name in named), likely
     assert ("iscse." in likely) == ("iscse" in spec) and ("dclr." in likely) == ("dclr" in spec)
@@ -427,11 +441,11 @@ def test_a_diverged_iscse_run_names_the_alpha_its_schedule_uses(
 ) -> None:
     """eq. 8's cosine schedule scales L_smoothing by alpha_start..alpha_end, not `alpha`: the
     error names the ones the run used."""
-    trainer = make_trainer(
+    job = make_job(
         tiny_model_dir,
         "iscse",
         tmp_path / "ck",
         method_params={"iscse": {"alpha_schedule": schedule}},
     )
-    likely = str(trainer.diverged(3, "the loss is nan")).split("; likely: ")[1]
+    likely = ", ".join(job.likely())
     assert all(name in likely for name in named) and unnamed not in likely, likely

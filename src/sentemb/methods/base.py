@@ -1,29 +1,29 @@
-"""The method interface, the registry, and the composition of methods into one objective.
+"""The method interface: the parts of ONE contrastive objective built on unsupervised SimCSE.
 
-Every method is a plug-in part of ONE contrastive objective built on unsupervised SimCSE
-(Gao et al., 2021, eq. 1): two dropout views, InfoNCE with in-batch negatives. A part may add
-extra negatives (SSCL's intermediate layers, DCLR's noise), weight the in-batch negatives (DCLR's
-complementary model) or add a loss term of its own (IS-CSE's smoothing loss). `method: iscse+dclr`
-builds both parts and sums what they add; nothing is copied between methods.
+SimCSE (Gao et al., 2021, eq. 1): two dropout views, InfoNCE with in-batch negatives. A part may
+add extra negatives (SSCL's intermediate layers, DCLR's noise), weight the in-batch negatives
+(DCLR's complementary model) or add a loss term of its own (IS-CSE's smoothing loss). The loss
+that composes the parts (`method: iscse+dclr` builds both and sums what they add) is
+`sentemb.losses.MethodLoss`; nothing is copied between methods.
 """
 
 from __future__ import annotations
 
-import functools
-import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
 from torch import Tensor, nn
 
-from sentemb.config import Positive, parse_spec, section
-from sentemb.encoder import Encoder, EncoderOutput
+from sentemb.config import Positive
+from sentemb.encoder import EncoderOutput
 from sentemb.methods.functional import gather_with_grad, info_nce
-from sentemb.registry import METHODS
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
 
 
 @dataclass
@@ -37,23 +37,25 @@ class SimCSEConfig:
 class Views:
     """The batch as a method sees it; the two dropout views are encoded on first use.
 
-    `first`/`second` are the encoder outputs of this process (one forward pass over the batch
-    fed twice, one dropout mask per row); `anchors`/`positives` are their pooled vectors after the
-    training head, gathered across processes with gradient (the global batch). `project` pools and
-    projects any hidden layer of a view the way the last one was. `tokenize` and `encode` let a
-    method encode texts of its own (PaSeR's masked copies) in the same way and precision.
+    `batch` is the sentences' model input; `first`/`second` are this process's encoder outputs
+    of it (one forward pass over the batch fed twice, one dropout mask per row);
+    `anchors`/`positives` are their pooled vectors after the training head, gathered across
+    processes with gradient (the global batch). `project` pools and projects any hidden layer of
+    a view the way the last one was. `encode` lets a part encode inputs of its own (PaSeR's
+    copies, which `inputs` holds when the data collator prepared them off the step).
     """
 
-    sentences: list[str]
-    batch: dict[str, Tensor]
-    tokenize: Callable[[list[str]], dict[str, Tensor]]
-    encode: Callable[[dict[str, Tensor]], EncoderOutput]
+    batch: dict[str, Any]
+    encode: Callable[[dict[str, Any]], EncoderOutput]
     head: Callable[[Tensor], Tensor]
     project: Callable[[EncoderOutput, int], Tensor]
+    inputs: dict[str, dict[str, Tensor]] = field(default_factory=dict)
 
     @cached_property
     def pair(self) -> tuple[EncoderOutput, EncoderOutput]:
-        doubled = {k: torch.cat([v, v]) for k, v in self.batch.items() if k != "token_type_ids"}
+        doubled = {
+            k: torch.cat([v, v]) if isinstance(v, Tensor) else v for k, v in self.batch.items()
+        }
         return split_views(self.encode(doubled))
 
     @property
@@ -86,16 +88,18 @@ def split_views(output: EncoderOutput) -> tuple[EncoderOutput, EncoderOutput]:
 
 @dataclass
 class TrainState:
-    """Where training is: methods with schedules (IS-CSE's α) or randomness (DCLR) read it."""
+    """Where training is: methods with schedules (IS-CSE's α) or randomness (DCLR) read it.
+    `total_steps` is None where the loss was not told the run's length."""
 
     step: int
-    total_steps: int
+    total_steps: int | None
     generator: torch.Generator
 
 
 @dataclass
 class Objective:
-    """What the parts add to: extra negatives, in-batch negative weights, extra loss terms."""
+    """What the parts add to: extra negatives, in-batch negative weights, extra loss terms, and
+    diagnostics (`logs`, tensors read only when a step is logged)."""
 
     views: Views
     temperature: float
@@ -103,7 +107,7 @@ class Objective:
     extra_weights: list[Tensor | None] = field(default_factory=list)
     negative_weights: Tensor | None = None
     terms: dict[str, Tensor] = field(default_factory=dict)
-    logs: dict[str, float] = field(default_factory=dict)
+    logs: dict[str, Tensor | float] = field(default_factory=dict)
 
     @property
     def anchors(self) -> Tensor:
@@ -134,19 +138,36 @@ class Objective:
         )
 
 
+class BatchInputs(Protocol):
+    """What a part needs per batch beyond the token ids (PaSeR's masked and augmented copies),
+    made from the batch's texts by the data collator, off the training step (in its workers),
+    or by the part itself when a plain sentence-transformers collator gave it token ids only.
+    Picklable and free of model weights, since data loader workers receive it."""
+
+    def __call__(
+        self,
+        texts: Sequence[str],
+        phrases: Sequence[Sequence[Sequence[int]]] | None,
+        seeds: Sequence[int],
+    ) -> dict[str, Tensor]:
+        """The inputs of `texts` (with their `phrases`, where known); sentence i draws from
+        `seeds[i]` alone."""
+
+
 class Method(nn.Module):
     """A part of the objective. Subclasses set `name` and implement `contribute`.
 
-    Buffers, frozen teachers and decoders are submodules or buffers, so the loop optimises and
-    checkpoints them with no change. A `contrastive` part needs SimCSE's InfoNCE; an objective
-    made only of non-contrastive parts (PaSeR) is the sum of their terms and never encodes the
-    dropout views.
+    Buffers, heads and decoders are submodules or buffers of the part, so the trainer optimises
+    and checkpoints them with the loss. A `contrastive` part needs SimCSE's InfoNCE; an
+    objective made only of non-contrastive parts (PaSeR) is the sum of their terms and never
+    encodes the dropout views. `model` is the sentence-transformers model being trained.
     """
 
     name: ClassVar[str]
     contrastive: ClassVar[bool] = True
+    hidden_states: ClassVar[bool] = False  # needs every layer's token vectors (SSCL)
 
-    def __init__(self, config: Any, encoder: Encoder) -> None:
+    def __init__(self, config: Any, model: SentenceTransformer) -> None:
         super().__init__()
         self.config = config
 
@@ -155,9 +176,9 @@ class Method(nn.Module):
         non-finite: named, with their values, when a run diverges."""
         return ()
 
-    def check_corpus(self, sentences: Sequence[str]) -> None:
-        """Refuse, before training, a corpus this part cannot train on (PaSeR: phrases of
-        another corpus); the default accepts any."""
+    def batch_inputs(self) -> BatchInputs | None:
+        """What this part prepares per batch from the texts (None: nothing)."""
+        return None
 
     def contribute(self, objective: Objective, views: Views, state: TrainState) -> None:
         """Add this part's negatives, weights or terms to `objective`."""
@@ -167,64 +188,7 @@ class Method(nn.Module):
         return loss
 
     def after_step(self, views: Views) -> None:
-        """Update state after the optimiser step (e.g. IS-CSE's FIFO buffer)."""
+        """Update state once the batch's loss is computed (e.g. IS-CSE's FIFO buffer)."""
 
     def save(self, folder: Path) -> None:
         """Write what inspection needs beside the saved model (e.g. PaSeR's decoder)."""
-
-
-@dataclass
-class MethodOutput:
-    """The loss to minimise and the scalars to log (each part's own terms)."""
-
-    loss: Tensor
-    logs: dict[str, float]
-
-
-class CombinedMethod(nn.Module):
-    """SimCSE's InfoNCE plus every part named in `method` (`iscse+dclr`, `sscl+dclr`, ...)."""
-
-    def __init__(self, spec: str, params: dict[str, Any], encoder: Encoder, seed: int = 0) -> None:
-        """Build the parts; their random initialisation (PaSeR's decoder) is drawn from `seed`."""
-        super().__init__()
-        names = parse_spec(spec)
-        self.spec = "+".join(names)
-        self.base = section(params, "simcse", SimCSEConfig)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            self.parts = nn.ModuleDict(
-                {n: METHODS[n].cls(section(params, n, METHODS[n].config), encoder) for n in names}
-            )
-
-    @property
-    def contrastive(self) -> bool:
-        return any(part.contrastive for part in self.parts.values())
-
-    def forward(self, views: Views, state: TrainState) -> MethodOutput:
-        objective = Objective(views, self.base.temperature)
-        for part in self.parts.values():
-            part.contribute(objective, views, state)
-        losses, logs = [], dict(objective.logs)
-        if self.contrastive:
-            loss = objective.contrastive_loss()
-            for part in self.parts.values():
-                loss = part.finish(objective, loss)
-            losses.append(loss)
-            logs["contrastive_loss"] = loss.item()
-        for name, term in objective.terms.items():
-            losses.append(term)
-            logs[name] = term.item()
-        return MethodOutput(functools.reduce(operator.add, losses), logs)
-
-    def check_corpus(self, sentences: Sequence[str]) -> None:
-        """Every part's check of the training corpus (`Method.check_corpus`)."""
-        for part in self.parts.values():
-            part.check_corpus(sentences)
-
-    def after_step(self, views: Views) -> None:
-        for part in self.parts.values():
-            part.after_step(views)
-
-    def save(self, folder: Path) -> None:
-        for part in self.parts.values():
-            part.save(folder)

@@ -31,13 +31,12 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 from torch import Tensor
 
-from sentemb.config import NonNegative, NonNegativeInt, Positive, Probability
-from sentemb.encoder import Encoder
+from sentemb.config import ConfigError, NonNegative, NonNegativeInt, Positive, Probability
 from sentemb.methods.base import Method, Objective, TrainState, Views
 from sentemb.methods.functional import (
     NORM_EPS,
@@ -53,6 +52,9 @@ from sentemb.methods.functional import (
 from sentemb.model_files import saved_pooler
 from sentemb.pooling import check_pooler
 from sentemb.registry import register_method
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
 
 
 def noise_negatives(
@@ -195,25 +197,9 @@ class DCLRConfig:
 class DCLR(Method):
     """Noise negatives plus complementary-model instance weights."""
 
-    def __init__(self, config: DCLRConfig, encoder: Encoder) -> None:
-        super().__init__(config, encoder)
-        param = "dclr.complementary_pooler"
-        if config.complementary_model is None:
-            pooler = check_pooler(config.complementary_pooler, param, auto=True)
-            if pooler == "auto":
-                pooler = saved_pooler(encoder.backbone.name_or_path) or encoder.pooler
-            complementary = copy.deepcopy(encoder)
-            complementary.pooler = complementary.check_pooling(pooler, param)
-        else:
-            complementary = Encoder.from_pretrained(
-                config.complementary_model,
-                config.complementary_pooler,
-                param="dclr.complementary_model",
-                pooler_param=param,
-            )
-        complementary.eval().requires_grad_(False)
-        # A list hides it from `parameters()` and `state_dict()`: frozen, rebuilt on resume.
-        self._complementary = [complementary]
+    def __init__(self, config: DCLRConfig, model: SentenceTransformer) -> None:
+        super().__init__(config, model)
+        self._complementary = [complementary_model(config, model)]  # a list: frozen, unsaved
 
     def unstable_params(self) -> tuple[str, ...]:
         return ("noise_temperature", "sigma", "ascent_lr")
@@ -222,7 +208,8 @@ class DCLR(Method):
     def _complementary_similarities(self, views: Views) -> torch.Tensor:
         model = self._complementary[0].to(views.anchors.device)
         batch = views.batch
-        embeddings = model(batch["input_ids"], batch["attention_mask"]).pooled
+        features = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+        embeddings = model(features)["sentence_embedding"]
         embeddings = gather_with_grad(embeddings.float())
         return cosine_matrix(embeddings, embeddings)
 
@@ -248,4 +235,40 @@ class DCLR(Method):
             objective.add_negatives(noise)
         weights = complementary_weights(self._complementary_similarities(views), config.phi)
         objective.weigh_negatives(weights.weights.to(anchors.dtype))
-        objective.logs["dclr/zeroed_share"] = float(weights.zeroed_share)
+        objective.logs["dclr/zeroed_share"] = weights.zeroed_share
+
+
+def complementary_model(config: DCLRConfig, model: SentenceTransformer) -> SentenceTransformer:
+    """DCLR's frozen complementary model: the model being trained as it is now, or the one at
+    `dclr.complementary_model`, pooling with `dclr.complementary_pooler` (`auto`: as the
+    model's folder says; paper: a trained SimCSE). It encodes the batch's token ids, so its
+    tokenizer must be the model's."""
+    from sentemb.st_model import pooled, st_model
+
+    param = "dclr.complementary_pooler"
+    transformer = model[0]
+    source = config.complementary_model or transformer.auto_model.name_or_path
+    pooler = check_pooler(config.complementary_pooler, param, auto=True)
+    if pooler == "auto":
+        pooler = saved_pooler(source) or "cls_before_pooler"
+    device = str(model.device)
+    if config.complementary_model is None:
+        frozen = pooled(
+            copy.deepcopy(transformer), pooler, param, source, "model.name_or_path", device
+        )
+    else:
+        frozen = st_model(
+            config.complementary_model,
+            pooler,
+            transformer.max_seq_length,
+            param="dclr.complementary_model",
+            pooler_param=param,
+            device=device,
+        )
+        if frozen.tokenizer.get_vocab() != transformer.tokenizer.get_vocab():
+            raise ConfigError(
+                f"dclr.complementary_model: {config.complementary_model} has another tokenizer "
+                "than the model being trained; it encodes the batch's token ids, which it would "
+                "read as other words: use a model of the same vocabulary"
+            )
+    return frozen.eval().requires_grad_(False)

@@ -30,13 +30,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import torch
 from torch import Tensor
 
 from sentemb.config import Count, NonNegative, Positive, Probability
-from sentemb.encoder import Encoder
 from sentemb.methods.base import Method, Objective, TrainState, Views
 from sentemb.methods.functional import (
     check_temperature,
@@ -46,6 +45,9 @@ from sentemb.methods.functional import (
     normalize,
 )
 from sentemb.registry import register_method
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
 
 AlphaKind = Literal["constant", "cosine"]
 
@@ -261,11 +263,17 @@ class ISCSEConfig:
 class ISCSE(Method):
     """Adds ``α L_smoothing`` once the buffer holds enough rows (k, or `clusters` for K-means)."""
 
-    def __init__(self, config: ISCSEConfig, encoder: Encoder) -> None:
-        super().__init__(config, encoder)
-        dim = encoder.backbone.config.hidden_size
+    def __init__(self, config: ISCSEConfig, model: SentenceTransformer) -> None:
+        super().__init__(config, model)
+        dim = model.get_embedding_dimension()
         self.register_buffer("buffer", torch.zeros(config.buffer_size, dim))
-        self.register_buffer("filled", torch.zeros((), dtype=torch.long))
+        self.filled = 0  # rows of the buffer holding embeddings (a number: no device read)
+
+    def get_extra_state(self) -> dict[str, Any]:
+        return {"filled": self.filled}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        self.filled = int(state["filled"])
 
     def unstable_params(self) -> tuple[str, ...]:
         """β and the scale of α L_smoothing this run uses: `alpha`, or eq. 8's two ends."""
@@ -273,7 +281,7 @@ class ISCSE(Method):
         return ("beta", *(("alpha_start", "alpha_end") if cosine else ("alpha",)))
 
     def contribute(self, objective: Objective, views: Views, state: TrainState) -> None:
-        config, filled = self.config, int(self.filled)
+        config, filled = self.config, self.filled
         needed = config.k if config.retrieval == "knn" else config.clusters
         if filled < needed:
             return
@@ -291,18 +299,22 @@ class ISCSE(Method):
                 generator=state.generator,
             )
         loss = smoothing_loss(objective.anchors, smoothed, objective.temperature)
+        if config.alpha_schedule == "cosine" and state.total_steps is None:
+            raise ValueError(
+                "iscse.alpha_schedule: cosine needs the run's length: pass total_steps to the loss"
+            )
         alpha = alpha_schedule(
             state.step,
-            state.total_steps,
+            state.total_steps or 1,
             config.alpha_schedule,
             config.alpha,
             config.alpha_start,
             config.alpha_end,
         )
         objective.terms["iscse/weighted_smoothing"] = alpha * loss
-        objective.logs["iscse/smoothing_loss"] = loss.item()
+        objective.logs["iscse/smoothing_loss"] = loss.detach()
         objective.logs["iscse/alpha"] = alpha
 
     def after_step(self, views: Views) -> None:
         self.buffer.copy_(fifo_enqueue(self.buffer, views.positives))
-        self.filled.fill_(min(int(self.filled) + views.positives.shape[0], self.buffer.shape[0]))
+        self.filled = min(self.filled + views.positives.shape[0], self.buffer.shape[0])

@@ -1,7 +1,9 @@
 """PaSeR: phrase reconstruction as the objective (Wu & Zhao, 2022), eq. 1-5.
 
-Each sentence s is duplicated as s~ with its top-k RAKE phrases (from the phrases stage) replaced
-by one mask token per sub-word (§3.1.2, Table 5); EDA augments both copies (§3.1.3, Table 4).
+Each sentence s is duplicated as s~ with its top-k RAKE phrases (the pipeline's phrases stage's,
+or RAKE's on the batch when none are given) replaced by one mask token per sub-word (§3.1.2,
+Table 5); EDA augments both copies (§3.1.3, Table 4). These inputs are made from the texts by
+`PaSeRInputs`, in the data collator's workers, off the training step.
 The decoding signal is [E_s, E_s~, m|E_s - E_s~|, n|E_s * E_s~|] (eq. 2), fed as a memory of
 four vectors to a randomly initialised Transformer decoder whose word embeddings are the
 encoder's; it reconstructs the masked phrases with teacher forcing (eq. 3) and is not part of the
@@ -19,9 +21,10 @@ import random
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
@@ -29,11 +32,12 @@ from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBas
 
 from sentemb.config import ConfigError, Count, NonNegative, Range
 from sentemb.data.augment import EDA, EDA_OPERATIONS
-from sentemb.data.readers import DataFormatError
-from sentemb.encoder import Encoder
 from sentemb.methods.base import Method, Objective, TrainState, Views
-from sentemb.phrases import nltk_stopwords, read_phrase_spans
+from sentemb.phrases import Extractor, PhrasesConfig, nltk_stopwords
 from sentemb.registry import register_method
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
 
 DECODER_DIR = "paser_decoder"
 
@@ -110,14 +114,13 @@ def decoding_signal(e_s: Tensor, e_masked: Tensor, m: float, n: float) -> Tensor
     )
 
 
-def generative_loss(logits: Tensor, targets: Tensor, rows: Tensor, sentences: int) -> Tensor:
-    """Eq. 3: -sum_i log P(t_i | t_<i, signal) per sentence, averaged over the sentences.
+def generative_loss(logits: Tensor, targets: Tensor, sentences: int | Tensor) -> Tensor:
+    """Eq. 3: -sum_i log P(t_i | t_<i, signal) per sentence, averaged over the `sentences`
+    (the sum over every sentence's tokens, divided by their number).
 
-    `logits` (N, vocab) and `targets` (N,) are the N target tokens of the batch (no padding);
-    `rows` says which of the `sentences` each token belongs to.
+    `logits` (N, vocab) and `targets` (N,) are the N target tokens of the batch (no padding).
     """
-    nll = F.cross_entropy(logits, targets, reduction="none")
-    return nll.new_zeros(sentences).index_add(0, rows, nll).mean()
+    return F.cross_entropy(logits, targets, reduction="sum") / sentences
 
 
 @dataclass
@@ -210,7 +213,7 @@ def decoder_targets(
 ) -> tuple[Tensor, Tensor]:
     """Teacher-forcing inputs ([BOS] t_1 ... ) and targets (t_1 ... [EOS]), padded with `pad`."""
     rows = [[t for phrase in c.targets for t in (*phrase, eos)][:limit] for c in copies]
-    width = max(len(r) for r in rows)
+    width = max((len(r) for r in rows), default=0)
     inputs = torch.full((len(rows), width), pad)
     targets = torch.full((len(rows), width), pad)
     for i, row in enumerate(rows):
@@ -219,22 +222,118 @@ def decoder_targets(
     return inputs, targets
 
 
+class PaSeRInputs:
+    """PaSeR's inputs of a batch, made from its texts (picklable: data loader workers run it).
+
+    Rows of `input_ids`: the B sentences after EDA, their masked copies s~ after EDA, and (with
+    MLM) the first B rows again with BERT's 80/10/10 masking. Positions are flat indices into
+    the padded rows, so the loss gathers its targets without reading the device:
+    `mlm_positions`/`mlm_targets` into the MLM rows, `decoder_positions`/`decoder_targets` into
+    `decoder_inputs`, one row per sentence with a masked phrase (`phrase_rows`). Each sentence
+    draws from its own seed, so its inputs do not depend on the batch it is in (one process with
+    the global batch makes what several processes make of their shares).
+    """
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, config: PaSeRConfig, max_length: int):
+        self.tokenizer, self.config, self.max_length = tokenizer, config, max_length
+        self.max_tokens = max_length - tokenizer.num_special_tokens_to_add(pair=False)
+        self.eda = EDA(
+            config.augment,
+            config.augment_ratio,
+            frozenset(nltk_stopwords(config.stopwords, "paser.stopwords")),
+            frozenset({tokenizer.mask_token}),
+        )
+        self.masking = DataCollatorForLanguageModeling(
+            tokenizer, mlm_probability=config.mlm_probability
+        )
+        self.special = {
+            "bos": tokenizer.cls_token_id or tokenizer.bos_token_id,
+            "eos": tokenizer.sep_token_id or tokenizer.eos_token_id,
+            "pad": tokenizer.pad_token_id,
+        }
+        self._rake: Extractor | None = None
+
+    def phrases_of(self, text: str) -> list[tuple[int, int]]:
+        """RAKE's phrase spans of `text`, best first (where no phrases were given)."""
+        if self._rake is None:
+            config = PhrasesConfig(language=self.config.stopwords, top_k=self.config.mask_phrases)
+            self._rake = Extractor(config, None)
+        return [(int(p[2]), int(p[3])) for p in self._rake.phrases(text)]
+
+    def __call__(
+        self,
+        texts: Sequence[str],
+        phrases: Sequence[Sequence[Sequence[int]]] | None,
+        seeds: Sequence[int],
+    ) -> dict[str, Tensor]:
+        spans = phrases if phrases is not None else [self.phrases_of(t) for t in texts]
+        k = self.config.mask_phrases
+        copies = [
+            mask_phrases(self.tokenizer, text, [tuple(span) for span in found], k, self.max_tokens)
+            for text, found in zip(texts, spans, strict=True)
+        ]
+        rngs = [random.Random(seed) for seed in seeds]
+        augmented = [self.eda(t, rng) for t, rng in zip(texts, rngs, strict=True)]
+        augmented += [self.eda(c.text, rng) for c, rng in zip(copies, rngs, strict=True)]
+        rows = self.tokenizer(augmented, truncation=True, max_length=self.max_length)["input_ids"]
+        size = len(texts)
+        labels = []
+        if self.config.mlm_weight > 0:  # MLM rows (masked s) ride in the same forward pass
+            for row, seed in zip(rows[:size], seeds, strict=True):
+                masked, label = self.mlm_row(row, torch.Generator().manual_seed(seed))
+                rows.append(masked)
+                labels.append(label)
+        width = max(len(row) for row in rows)
+        ids = torch.full((len(rows), width), self.special["pad"], dtype=torch.long)
+        attention = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, row in enumerate(rows):
+            ids[i, : len(row)], attention[i, : len(row)] = torch.tensor(row), 1
+        inputs = {"input_ids": ids, "attention_mask": attention}
+        if labels:
+            grid = torch.full((size, width), -100, dtype=torch.long)
+            for i, label in enumerate(labels):
+                grid[i, : len(label)] = label
+            positions = (grid.flatten() != -100).nonzero().flatten()
+            inputs |= {"mlm_positions": positions, "mlm_targets": grid.flatten()[positions]}
+        have = [i for i, c in enumerate(copies) if c.targets]
+        decoder_in, targets = decoder_targets(
+            [copies[i] for i in have], **self.special, limit=self.config.max_target_length
+        )
+        positions = (targets.flatten() != self.special["pad"]).nonzero().flatten()
+        return inputs | {
+            "phrase_rows": torch.tensor(have, dtype=torch.long),
+            "decoder_inputs": decoder_in,
+            "decoder_positions": positions,
+            "decoder_targets": targets.flatten()[positions],
+        }
+
+    def mlm_row(self, row: list[int], generator: torch.Generator) -> tuple[list[int], Tensor]:
+        """BERT's 80/10/10 masking of one sentence's ids (special tokens never masked), and its
+        MLM labels (-100 where not masked)."""
+        ids = torch.tensor([row])
+        special = torch.isin(ids, torch.tensor(self.tokenizer.all_special_ids))
+        self.masking.generator = generator
+        masked, labels = self.masking.torch_mask_tokens(ids, special)
+        return masked[0].tolist(), labels[0]
+
+
 @register_method("paser", config=PaSeRConfig)
 class PaSeR(Method):
     """Phrase reconstruction (PaSeR eq. 2-4) with MLM; generative, so not contrastive."""
 
     contrastive = False
 
-    def __init__(self, config: PaSeRConfig, encoder: Encoder) -> None:
-        super().__init__(config, encoder)
-        self.tokenizer = encoder.tokenizer
-        self._embeddings = [encoder.backbone.get_input_embeddings()]  # shared, not a submodule
-        backbone = encoder.backbone.config
+    def __init__(self, config: PaSeRConfig, model: SentenceTransformer) -> None:
+        super().__init__(config, model)
+        transformer = model[0]
+        tokenizer = transformer.tokenizer
+        self._embeddings = [transformer.auto_model.get_input_embeddings()]  # shared, no submodule
+        backbone = transformer.auto_model.config
         special = {
-            "mask": self.tokenizer.mask_token_id,
-            "bos": self.tokenizer.cls_token_id or self.tokenizer.bos_token_id,
-            "eos": self.tokenizer.sep_token_id or self.tokenizer.eos_token_id,
-            "pad": self.tokenizer.pad_token_id,
+            "mask": tokenizer.mask_token_id,
+            "bos": tokenizer.cls_token_id or tokenizer.bos_token_id,
+            "eos": tokenizer.sep_token_id or tokenizer.eos_token_id,
+            "pad": tokenizer.pad_token_id,
         }
         if None in special.values() or len(set(special.values())) < len(special):
             raise ConfigError(
@@ -258,106 +357,61 @@ class PaSeR(Method):
             )
         )
         self.mlm = MLMHead(backbone.hidden_size, backbone.vocab_size, backbone.layer_norm_eps)
-        self.collator = DataCollatorForLanguageModeling(
-            self.tokenizer, mlm_probability=config.mlm_probability
-        )
-        try:
-            self.spans = read_phrase_spans(Path(config.phrases))
-        except DataFormatError as err:
-            raise ConfigError(f"paser.phrases: {err}") from err
-        self.eda = EDA(
-            config.augment,
-            config.augment_ratio,
-            frozenset(nltk_stopwords(config.stopwords, "paser.stopwords")),
-            frozenset({self.tokenizer.mask_token}),
-        )
+        self.inputs = PaSeRInputs(tokenizer, config, transformer.max_seq_length)
 
     def unstable_params(self) -> tuple[str, ...]:
         return ("m", "n", "generative_weight", "mlm_weight")
+
+    def batch_inputs(self) -> PaSeRInputs:
+        return self.inputs
 
     @property
     def embeddings(self) -> nn.Embedding:
         return self._embeddings[0]
 
-    def check_corpus(self, sentences: Sequence[str]) -> None:
-        """Refuse a phrases file made from another corpus: its sentences must be exactly the
-        distinct sentences of the training corpus (the phrases stage writes one row for each)."""
-        corpus = set(sentences)
-        missing = next((s for s in sentences if s not in self.spans), None)
-        if missing is None and len(corpus) == len(self.spans):
-            return
-        example = (
-            f"it has no row for the training sentence {missing[:60]!r}"
-            if missing is not None
-            else "it has rows for sentences the training corpus does not hold"
-        )
-        raise ConfigError(
-            f"paser.phrases: {self.config.phrases} was made from another corpus "
-            f"({len(self.spans)} distinct sentences; the training corpus has {len(corpus)}, and "
-            f"{example}); rerun the phrases stage on the training corpus (dvc repro phrases)"
-        )
-
-    def masked_copy(self, sentence: str, max_tokens: int) -> MaskedCopy:
-        if sentence not in self.spans:
-            raise ConfigError(
-                f"paser.phrases: {self.config.phrases} has no row for the training sentence "
-                f"{sentence[:60]!r}; rerun the phrases stage on the training corpus"
-            )
-        spans = self.spans[sentence]
-        return mask_phrases(self.tokenizer, sentence, spans, self.config.mask_phrases, max_tokens)
-
-    def mlm_rows(self, ids: Tensor) -> tuple[Tensor, Tensor]:
-        """BERT's 80/10/10 masking of `ids` (special tokens never masked), and MLM labels."""
-        special = torch.isin(ids, torch.tensor(self.tokenizer.all_special_ids, device=ids.device))
-        masked, labels = self.collator.torch_mask_tokens(ids.cpu().clone(), special.cpu())
-        return masked.to(ids.device), labels.to(ids.device)
+    def in_step_inputs(self, views: Views, state: TrainState) -> dict[str, Tensor]:
+        """The batch's inputs made here, from its token ids read back as text, where the data
+        collator made none (a plain sentence-transformers collator): host work on the step."""
+        ids = views.batch["input_ids"]
+        texts = self.inputs.tokenizer.batch_decode(ids, skip_special_tokens=True)
+        draws = torch.randint(2**62, (len(texts),), generator=state.generator, device=ids.device)
+        made = self.inputs(texts, None, draws.tolist())
+        return {key: value.to(ids.device, non_blocking=True) for key, value in made.items()}
 
     def contribute(self, objective: Objective, views: Views, state: TrainState) -> None:
-        size = len(views.sentences)
-        max_tokens = views.batch["input_ids"].shape[1] - 2
-        copies = [self.masked_copy(s, max_tokens) for s in views.sentences]
-        seed = torch.randint(2**62, (1,), generator=state.generator, device=state.generator.device)
-        rng = random.Random(int(seed))
-        texts = [self.eda(s, rng) for s in views.sentences]
-        texts += [self.eda(c.text, rng) for c in copies]
-        batch = views.tokenize(texts)
-        ids, attention = batch["input_ids"], batch["attention_mask"]
+        inputs = views.inputs.get(self.name) or self.in_step_inputs(views, state)
         mlm = self.config.mlm_weight > 0
-        if mlm:  # MLM rows (masked s) ride in the same forward pass as s and s~
-            masked, labels = self.mlm_rows(ids[:size])
-            ids, attention = torch.cat([ids, masked]), torch.cat([attention, attention[:size]])
-        output = views.encode({"input_ids": ids, "attention_mask": attention})
+        size = inputs["input_ids"].shape[0] // (3 if mlm else 2)
+        output = views.encode(
+            {"input_ids": inputs["input_ids"], "attention_mask": inputs["attention_mask"]}
+        )
         e_s, e_masked = output.pooled[:size], output.pooled[size : 2 * size]
-        has_phrase = [i for i, c in enumerate(copies) if c.targets]
-        generative = output.pooled.sum() * 0.0  # keeps the graph when no sentence has a phrase
-        if has_phrase:
-            signal = decoding_signal(e_s, e_masked, self.config.m, self.config.n)[has_phrase]
-            config = self.decoder.config
-            inputs, targets = decoder_targets(
-                [copies[i] for i in has_phrase],
-                config.bos,
-                config.eos,
-                config.pad,
-                self.config.max_target_length,
-            )
-            hidden = self.decoder(signal, inputs.to(ids.device), self.embeddings)
-            targets = targets.to(ids.device)
-            keep = targets != config.pad
-            sentence_of = torch.arange(len(has_phrase), device=ids.device)[:, None]
-            logits = self.decoder.logits(hidden[keep], self.embeddings)
-            generative = generative_loss(
-                logits.float(),
-                targets[keep],
-                sentence_of.expand_as(targets)[keep],
-                len(has_phrase),
+        phrases = inputs["phrase_rows"].shape[0]
+        sentences, scale = global_count(phrases, e_s.device)  # every process joins the sum
+        # no sentence with a phrase: a term of 0 that still reaches the decoder, whose gradient
+        # is then 0, as it is in the processes whose shares have phrases
+        generative = (
+            output.pooled.sum() * 0.0 + sum(p.sum() for p in self.decoder.parameters()) * 0.0
+        )
+        if phrases:
+            signal = decoding_signal(e_s, e_masked, self.config.m, self.config.n)
+            signal = signal.index_select(0, inputs["phrase_rows"])
+            hidden = self.decoder(signal, inputs["decoder_inputs"], self.embeddings)
+            chosen = hidden.flatten(0, 1).index_select(0, inputs["decoder_positions"])
+            logits = self.decoder.logits(chosen, self.embeddings)
+            generative = scale * generative_loss(
+                logits.float(), inputs["decoder_targets"], sentences
             )
         objective.terms["paser/generative"] = self.config.generative_weight * generative
-        objective.logs["paser/masked_share"] = len(has_phrase) / size
+        objective.logs["paser/masked_share"] = phrases / size
         if mlm:
-            chosen = labels != -100  # only masked positions are scored: no vocab-wide logits
-            logits = self.mlm(output.hidden_states[-1][2 * size :][chosen], self.embeddings)
-            if chosen.any():
-                loss = F.cross_entropy(logits.float(), labels[chosen])
+            tokens = output.hidden_states[-1][2 * size :].flatten(0, 1)
+            chosen = tokens.index_select(0, inputs["mlm_positions"])
+            logits = self.mlm(chosen, self.embeddings)
+            masked, scale = global_count(chosen.shape[0], logits.device)
+            if chosen.shape[0]:  # only masked positions are scored: no vocab-wide logits
+                targets = inputs["mlm_targets"]
+                loss = scale * F.cross_entropy(logits.float(), targets, reduction="sum") / masked
             else:  # no token masked: no target, the term is 0 (the head stays in the graph)
                 loss = logits.sum() * 0.0
             objective.terms["paser/mlm"] = self.config.mlm_weight * loss
@@ -370,6 +424,18 @@ class PaSeR(Method):
         save_file(state, target / "model.safetensors")
         config = {**asdict(self.decoder.config), "mask_phrases": self.config.mask_phrases}
         (target / "config.json").write_text(json.dumps(config, indent=1))
+
+
+def global_count(count: int, device: torch.device) -> tuple[Tensor | int, int]:
+    """`count` summed over the processes (a device sum, no wait), and the number of processes:
+    a term that is a mean over items (phrases, masked tokens) divides its process's sum by the
+    global count and is scaled by the processes, so that the average the processes' gradients
+    get is the gradient of the global batch's mean, whatever each process holds."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return count, 1
+    total = torch.tensor(float(count), device=device)
+    dist.all_reduce(total)
+    return total, dist.get_world_size()
 
 
 def load_decoder(folder: Path) -> tuple[PhraseDecoder, int]:

@@ -28,16 +28,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import torch
 from torch import Tensor
 
 from sentemb.config import ConfigError, Range
-from sentemb.encoder import Encoder
 from sentemb.methods.base import Method, Objective, TrainState, Views
 from sentemb.methods.functional import gather_with_grad
 from sentemb.registry import register_method
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
 
 SSCLVariant = Literal["self", "batch"]
 
@@ -94,9 +96,11 @@ class SSCLConfig:
 class SSCL(Method):
     """Intermediate-layer negatives (SSCL eq. 4), a plug-in on top of any other method."""
 
-    def __init__(self, config: SSCLConfig, encoder: Encoder) -> None:
-        super().__init__(config, encoder)
-        layers = encoder.backbone.config.num_hidden_layers
+    hidden_states = True
+
+    def __init__(self, config: SSCLConfig, model: SentenceTransformer) -> None:
+        super().__init__(config, model)
+        layers = model[0].auto_model.config.num_hidden_layers
         if any(-layer > layers for layer in config.layers):
             raise ConfigError(
                 f"sscl.layers: must each be in [-{layers}, -2] for this model of {layers} layers, "
@@ -116,7 +120,7 @@ class SSCL(Method):
         with torch.no_grad():
             anchors = torch.nn.functional.normalize(objective.anchors, dim=-1)
             own = torch.nn.functional.normalize(per_layer[0], dim=-1)
-            objective.logs["sscl/own_layer_cosine"] = (anchors * own).sum(-1).mean().item()
+            objective.logs["sscl/own_layer_cosine"] = (anchors * own).sum(-1).mean()
 
     def finish(self, objective: Objective, loss: Tensor) -> Tensor:
         if not self.config.average_with_simcse:

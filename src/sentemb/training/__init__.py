@@ -1,1 +1,1 @@
-"""The training loop and its checkpoints."""
+"""Training with sentence-transformers' trainer: the run, its data, hooks and checkpoints."""

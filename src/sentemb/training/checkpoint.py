@@ -1,11 +1,12 @@
-"""Checkpoints as safetensors plus JSON; optimiser tensors via `torch.load(weights_only=True)`.
+"""What makes a checkpoint the pipeline's: the run key, the lock, and which folder resumes.
 
-A checkpoint folder holds `model.safetensors` (encoder, head, method buffers), `optimizer.pt`
-(tensors and numbers only), `rng.safetensors` (every rank's RNG) and `state.json` (step, curves,
-best score). It is written to a temporary folder and renamed, so a killed run leaves the previous
-checkpoint intact. A run's checkpoints live in `<folder>/<run key hash>/`, the run key being
-everything that defines the run (params, data and model hashes); one process at a time holds
-`<folder>` (`exclusive`), and leaves no lock file behind unless it is killed.
+The trainer writes each checkpoint (`checkpoint-<step>/`: the model, optimizer, scheduler,
+random states, trainer state); the pipeline's callback adds the loss's state (`LOSS_FILE`) and
+then the run's (`STATE_FILE`: step, run key, curves, best score), whose presence says the
+checkpoint is complete, so a run killed while writing one resumes from the one before. A run's
+checkpoints live in `<folder>/<run key hash>/`, the run key being everything that defines the
+run (params, data and model hashes, code); one process at a time holds `<folder>`
+(`exclusive`), and leaves no lock file behind unless it is killed.
 """
 
 from __future__ import annotations
@@ -14,20 +15,24 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import pickle
-import random
+import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
-from sentemb.io import CheckpointError, atomic_path
+from sentemb.io import CheckpointError
 
+log = logging.getLogger(__name__)
 LOCK_FILE = ".lock"
+STATE_FILE = "sentemb_state.json"  # written last: a checkpoint folder without it is incomplete
+LOSS_FILE = "sentemb_loss.pt"  # the loss's state: head, buffers, decoder, random draws
 
 
 def params_hash(params: dict[str, Any]) -> str:
@@ -132,67 +137,41 @@ def _lock(folder: Path) -> tuple[IO[str], list[Path]]:
         handle.close()  # its holder removed the file this process locked: lock the path anew
 
 
-def rng_state(generator: torch.Generator) -> dict[str, torch.Tensor]:
-    state = {"torch": torch.get_rng_state(), "method": generator.get_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state()
-    return state
+def checkpoints_of(run_dir: Path) -> list[Path]:
+    """The trainer's checkpoint folders of a run, oldest first (`checkpoint-<step>`)."""
+    found = [f for f in run_dir.glob("checkpoint-*") if f.name.split("-", 1)[1].isdigit()]
+    return sorted(found, key=lambda f: int(f.name.split("-", 1)[1]))
 
 
-def set_rng_state(state: dict[str, torch.Tensor], generator: torch.Generator) -> None:
-    torch.set_rng_state(state["torch"])
-    generator.set_state(state["method"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["cuda"])
+def latest_checkpoint(run_dir: Path, tidy: bool = True) -> Path | None:
+    """The run's newest complete checkpoint (its `STATE_FILE`, written last, is there), its
+    files checked (`verify`); with `tidy` (the one process that holds the folder) newer,
+    incomplete ones (a run killed while writing) are removed."""
+    folders = checkpoints_of(run_dir)
+    complete = [f for f in folders if (f / STATE_FILE).is_file()]
+    last = complete[-1] if complete else None
+    if tidy:
+        for folder in folders[folders.index(last) + 1 :] if last is not None else folders:
+            shutil.rmtree(folder)
+    if last is not None:
+        verify(last)
+    return last
 
 
-def save_checkpoint(
-    folder: Path,
-    modules: dict[str, torch.nn.Module],
-    optimizer: torch.optim.Optimizer,
-    rngs: list[dict[str, torch.Tensor]],
-    state: dict[str, Any],
-) -> None:
-    """Write a complete checkpoint atomically; `rngs` holds the RNG state of every rank."""
-    with atomic_path(folder, folder=True) as tmp:
-        tmp.mkdir()
-        tensors = {
-            f"{name}.{key}": value.detach().contiguous().cpu()
-            for name, module in modules.items()
-            for key, value in module.state_dict().items()
-        }
-        save_file(tensors, tmp / "model.safetensors")
-        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-        flat = {
-            f"{rank}.{key}": value for rank, rng in enumerate(rngs) for key, value in rng.items()
-        }
-        save_file(flat, tmp / "rng.safetensors")
-        (tmp / "state.json").write_text(json.dumps(state, indent=1))
+def verify(folder: Path) -> None:
+    """Load every file of a checkpoint as resuming would, safely: weights as safetensors, the
+    rest as tensors, numbers and numpy's random state only (`torch.load(weights_only=True)`
+    refuses to unpickle anything else, so a tampered file runs no code). A damaged or unsafe
+    file is one `CheckpointError` naming the folder."""
+    from transformers.trainer_pt_utils import safe_globals  # numpy's random state, as HF does
 
-
-def load_checkpoint(
-    folder: Path,
-    modules: dict[str, torch.nn.Module],
-    optimizer: torch.optim.Optimizer,
-    rank: int = 0,
-) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    """Restore modules and optimiser in place; return the JSON state and this rank's RNG state.
-
-    A damaged checkpoint, or an `optimizer.pt` holding anything but tensors and numbers (which
-    `weights_only=True` refuses to unpickle), is one `CheckpointError` naming the folder.
-    """
     try:
-        tensors = load_file(folder / "model.safetensors")
-        for name, module in modules.items():
-            prefix = f"{name}."
-            module.load_state_dict(
-                {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
-            )
-        optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=True))
-        prefix = f"{rank}."
-        rngs = load_file(folder / "rng.safetensors")
-        rng = {k[len(prefix) :]: v for k, v in rngs.items() if k.startswith(prefix)}
-        return json.loads((folder / "state.json").read_text()), rng
+        for path in sorted(folder.rglob("*.safetensors")):
+            load_file(path)
+        with safe_globals():
+            for path in sorted(folder.glob("*.pt")) + sorted(folder.glob("*.pth")):
+                torch.load(path, weights_only=True)
+        json.loads((folder / STATE_FILE).read_text())
     except (OSError, RuntimeError, ValueError, pickle.UnpicklingError, SafetensorError) as err:
         raise CheckpointError(
             f"{folder}: checkpoint damaged or unsafe to load ({type(err).__name__}: {err}); "
@@ -200,6 +179,29 @@ def load_checkpoint(
         ) from err
 
 
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    torch.manual_seed(seed)
+def explain_fresh_start(folder: Path, run_dir: Path, run_key: dict[str, Any]) -> None:
+    """Say which part of the run key differs from the newest checkpoint of another run in
+    `folder`, the one this run would have resumed before (it is left in place)."""
+    others = [
+        state
+        for state in folder.glob(f"*/checkpoint-*/{STATE_FILE}")
+        if state.parent.parent != run_dir
+    ]
+    if not others:
+        return
+    newest = max(others, key=lambda state: state.stat().st_mtime)
+    try:
+        old_key = json.loads(newest.read_text()).get("run_key")
+    except (OSError, ValueError, AttributeError):
+        old_key = None
+    differs = (
+        ", ".join(key_differences(old_key, run_key))
+        if isinstance(old_key, dict)
+        else "unknown parts: it records no run key"
+    )
+    log.warning(
+        "starting afresh, not resuming %s: that checkpoint is of another run (it differs in "
+        "%s); it is left in place",
+        newest.parent,
+        differs,
+    )

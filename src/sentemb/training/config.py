@@ -19,7 +19,7 @@ LearningRate = Annotated[float, Range(0, MAX_LEARNING_RATE, open_low=True, open_
 
 @dataclass
 class TrainConfig:
-    """Params section `train` (unsupervised SimCSE's defaults)."""
+    """Params section `train` (unsupervised SimCSE's defaults; the trainer's flags)."""
 
     max_length: Count = 32  # checked against the model's tokens and positions where it loads
     batch_size: Count = 64
@@ -29,16 +29,21 @@ class TrainConfig:
     max_steps: Count | None = None
     weight_decay: NonNegative = 0.0
     warmup_steps: NonNegativeInt = 0
+    max_grad_norm: NonNegative = 1.0  # clip the gradient norm (HF Trainer's default); 0: off
     pooler: str = "cls_before_pooler"
     mlp_head: bool = True
     eval_pooler: str = "cls_before_pooler"
     eval_steps: Count = 125
     selection: Literal["stsb", "stsb+sick"] = "stsb"
-    checkpoint_steps: Count = 50
+    checkpoint_minutes: NonNegative = 2.0  # wall time between checkpoints; 0: every step
     log_steps: Count = 10
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     device: str = "auto"
     corpus: Literal["wiki", "sts"] = "wiki"
+    compile: bool | Literal["auto"] = "auto"  # torch.compile the model; auto: on CUDA only
+    attention: Literal["sdpa", "eager"] = "sdpa"  # transformers' attention implementation
+    fused_adamw: bool = True  # one fused kernel per step; skips a non-finite step on the device
+    workers: NonNegativeInt | Literal["auto"] = "auto"  # data loader processes; auto: CUDA 4, CPU 0
 
     def validate(self) -> list[str]:
         if not re.fullmatch(DEVICES, self.device):

@@ -8,31 +8,62 @@ the run key, model selection on the dev sets, the metrics and the model card.
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import math
 import os
+import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
+import torch
+import torch.distributed as dist
 
 from sentemb.config import SEEDS, ConfigError, parse_spec, run_plan, section
 from sentemb.data.readers import DataFormatError, read_stsb, training_corpus
 from sentemb.data.sources import DATASETS
-from sentemb.encoder import Encoder, model_identity, precision_used
+from sentemb.encoder import Encoder, autocast_dtype, model_identity, precision_used
 from sentemb.evaluation.base import distinct, probe, scoring
 from sentemb.evaluation.sts import STSConfig, STSEvaluator
-from sentemb.methods.base import CombinedMethod
+from sentemb.io import atomic_path
+from sentemb.losses import MethodLoss, method_loss
 from sentemb.methods.paser import PaSeRConfig
 from sentemb.model_config import ModelConfig
-from sentemb.phrases import PhrasesConfig
-from sentemb.pooling import check_pooler
+from sentemb.phrases import PhrasesConfig, read_phrase_spans
+from sentemb.pooling import POOLERS, check_pooler
 from sentemb.registry import METHODS
-from sentemb.training.checkpoint import files_hash, lines_hash, source_hash
+from sentemb.st_model import st_model
+from sentemb.training.checkpoint import (
+    exclusive,
+    explain_fresh_start,
+    files_hash,
+    latest_checkpoint,
+    lines_hash,
+    params_hash,
+    source_hash,
+)
 from sentemb.training.config import TrainConfig
-from sentemb.training.loop import Trainer, TrainResult, pick_device
+from sentemb.training.data import Collator, training_dataset
 from sentemb.training.modelcard import CardInfo, write_model_card
+from sentemb.training.trainer import (
+    DevScore,
+    RunCallback,
+    RunHooks,
+    Trainer,
+    TrainResult,
+    check_batches,
+    pick_device,
+)
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+    from transformers import TrainerCallback
+
+log = logging.getLogger(__name__)
 
 SELECTION = {  # train.selection -> the dev sets averaged: (STS task, dataset, its file's name part)
     "stsb": [("STSBenchmark", "STSBenchmark", "sts-dev")],
@@ -74,45 +105,120 @@ def dev_files(root: Path, selection: str) -> list[Path]:
 
 @dataclass
 class TrainingJob:
-    """A run ready to train: its inputs read and checked, the model loaded, its run key."""
+    """A run ready to train: its inputs read and checked, the model and its loss built, its run
+    key. `encoder` is the model being trained seen as the pipeline's `Encoder` (the same
+    weights, the evaluation pooler): it scores the dev set and saves the best model."""
 
     spec: str
     seed: int
-    model: ModelConfig
+    model_config: ModelConfig
     config: TrainConfig
     sentences: list[str]
     corpus: str
+    model: SentenceTransformer
     encoder: Encoder
-    method: CombinedMethod
+    loss: MethodLoss
     run_key: dict[str, Any]
     dev: STSEvaluator
+    phrases: dict[str, list[tuple[int, int]]] | None = None
 
-    def dev_score(self, model: Encoder) -> float:
-        """The mean of the selection's dev metrics (SimCSE §3: STS-B dev Spearman)."""
-        metrics = self.dev(model)
+    def dev_score(self) -> float:
+        """The mean of the selection's dev metrics (SimCSE §3: STS-B dev Spearman), with the
+        evaluation pooler (`UnusableVectors` for vectors that cannot be scored)."""
+        with scoring(self.encoder.name):
+            metrics = self.dev(self.encoder)
         return float(np.mean([metrics[key] for key in dev_metrics(self.config.selection)]))
+
+    def save_best(self, folder: Path) -> None:
+        """The model as the evaluation loads it (`Encoder.save`), and what the loss keeps."""
+        self.encoder.save(folder)
+        self.loss.save(folder)
+
+    def likely(self) -> list[str]:
+        """The params that likely made a run diverge, with their values."""
+        device = pick_device(self.config.device, 0)
+        half = autocast_dtype(self.config.precision, device) is not None
+        precision = [f"train.precision ({self.config.precision}; fp32 is safer)"] if half else []
+        rate = [f"train.learning_rate ({self.config.learning_rate:g}) too high"]
+        return rate + self.loss.unstable_params() + precision
 
     def train(
         self,
         out: Path,
         checkpoints: Path,
         on_log: Callable[[dict[str, float], int], None] | None = None,
+        callbacks: Sequence[TrainerCallback] = (),
     ) -> TrainResult | None:
-        """Train; the best model goes to `out` with its model card. None on ranks other than 0."""
-        trainer = Trainer(
-            self.encoder,
-            self.method,
-            self.config,
-            self.sentences,
-            self.dev_score,
-            self.seed,
-            checkpoints,
-            self.run_key,
-            on_log=on_log,
-            corpus=self.corpus,
-        )
-        result = trainer.train(out, finish=self.write_card)
-        return result if trainer.rank == 0 else None
+        """Train; the best model goes to `out` with its model card. None on ranks other than 0.
+        `callbacks` join the trainer's (a benchmark's clock).
+
+        Checkpoints live in `checkpoints/<run key hash>/`, so a killed run restarted with the
+        same key resumes from its last complete checkpoint, and one with another key starts
+        afresh saying which part differs; removed on success. One process holds the folder."""
+        rank, world = process_rank(), process_count()
+        check_batches(self.config, len(self.sentences), self.corpus, self.loss.contrastive, world)
+        if world > 1 and rank == 0:
+            share = self.config.batch_size // world
+            log.info("%d processes, %d sentences of each batch apiece", world, share)
+        run_dir = checkpoints / params_hash(self.run_key)[:16]
+        hold = exclusive(checkpoints) if rank == 0 else contextlib.nullcontext()
+        with hold:
+            resume = latest_checkpoint(run_dir, tidy=rank == 0) if run_dir.is_dir() else None
+            if resume is None and rank == 0:
+                explain_fresh_start(checkpoints, run_dir, self.run_key)
+            hooks = RunHooks(
+                self.dev_score,
+                self.save_best,
+                self.likely,
+                self.run_key,
+                run_dir,
+                on_log or (lambda metrics, step: None),
+            )
+            trainer = build_trainer(self, run_dir, hooks, resume, world, callbacks)
+            try:
+                trainer.train(resume_from_checkpoint=None if resume is None else str(resume))
+            except BaseException:
+                if rank == 0:
+                    tidy(run_dir)
+                raise
+            if world > 1:
+                dist.barrier()  # every process is done with the run's folder
+            result = trainer.run.result
+            result.steps = trainer.state.global_step
+            result.warnings = self.warnings(result) if rank == 0 else []
+            if rank != 0:
+                return None
+            with atomic_path(out, folder=True) as tmp:
+                shutil.copytree(run_dir / "best", tmp)
+                self.write_card(tmp, result)
+            shutil.rmtree(run_dir)
+        return result
+
+    def warnings(self, result: TrainResult) -> list[str]:
+        """What says the run did not learn, each also logged: a loss that never moved, a best
+        dev score below the untrained model's."""
+        found = []
+        losses = [point["loss"] for point in result.loss_curve]
+        if len(losses) > 1 and max(losses) - min(losses) <= 1e-6 * max(1.0, abs(losses[0])):
+            temperature = (
+                f", simcse.temperature {self.loss.base.temperature:g}"
+                if self.loss.contrastive
+                else ""
+            )
+            found.append(
+                f"the loss was {losses[0]:g} at every logged step: the model did not learn "
+                f"(train.learning_rate {self.config.learning_rate:g}, "
+                f"train.batch_size {self.config.batch_size}{temperature})"
+            )
+        if result.best_score < result.initial_dev:
+            found.append(
+                f"the best dev score {result.best_score:.2f} (step {result.best_step}) is below "
+                f"the untrained model's {result.initial_dev:.2f}: training made the model worse "
+                f"(train.learning_rate {self.config.learning_rate:g} too high?)"
+            )
+        for warning in found:
+            log.warning("%s", warning)
+        return found
 
     def metrics(self, result: TrainResult) -> dict[str, Any]:
         """The stage's metrics file (without the wall time, which the tracking run adds)."""
@@ -132,12 +238,12 @@ class TrainingJob:
     def write_card(self, folder: Path, result: TrainResult) -> None:
         """The model card of the folder being written (`README.md`)."""
         params = {"train": self.run_key["train"], "simcse": self.run_key["simcse"]}
-        params |= {name: self.run_key[name] for name in self.method.parts}
+        params |= {name: self.run_key[name] for name in self.loss.parts}
         shown = ("best_dev", "best_step", "initial_dev", "steps", "final_loss", "sentences")
         metrics = {k: v for k, v in self.metrics(result).items() if k in shown}
         metrics["selection"] = " + ".join(dev_metrics(self.config.selection))
         info = CardInfo(
-            base_model=self.model.name_or_path,
+            base_model=self.model_config.name_or_path,
             pooler=self.config.eval_pooler,
             train_max_length=self.config.max_length,
             max_length=self.encoder.max_length,
@@ -150,6 +256,115 @@ class TrainingJob:
             warnings=result.warnings,
         )
         write_model_card(folder, info)
+
+
+def tidy(run_dir: Path) -> None:
+    """Remove what a failed run leaves that resumes nothing: the evaluator's empty folder, and
+    the run's folder when it holds no checkpoint."""
+    shutil.rmtree(run_dir / "eval", ignore_errors=True)
+    if run_dir.is_dir() and not any(run_dir.glob("checkpoint-*")):
+        shutil.rmtree(run_dir)
+
+
+def process_rank() -> int:
+    """This process's rank under torchrun (0 alone)."""
+    return int(os.environ.get("RANK", "0"))
+
+
+def process_count() -> int:
+    """The processes of the run under torchrun (1 alone)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def build_trainer(
+    job: TrainingJob,
+    run_dir: Path,
+    hooks: RunHooks,
+    resume: Path | None,
+    world: int,
+    callbacks: Sequence[TrainerCallback] = (),
+) -> Trainer:
+    """sentence-transformers' trainer for `job`, its flags from params section `train`: the
+    device, bf16/fp16 (`train.precision`), fused AdamW, torch.compile (`auto`: on CUDA), data
+    loader workers with pinned memory (`auto`: 4 per GPU, none on the CPU), clipping, a log
+    every `log_steps`, a dev score every `eval_steps`; the trainer's per-step NaN filter off."""
+    from sentence_transformers import SentenceTransformerTrainingArguments
+    from transformers import PrinterCallback
+
+    config = job.config
+    device = pick_device(config.device, process_rank())
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dtype = autocast_dtype(config.precision, device)
+    cuda = device.type == "cuda"
+    compiled = cuda if config.compile == "auto" else config.compile
+    workers = min(4, (os.cpu_count() or 1) // world) if config.workers == "auto" and cuda else 0
+    workers = workers if config.workers == "auto" else config.workers
+    steps = config.max_steps or config.epochs * (len(job.sentences) // config.batch_size)
+    if config.warmup_steps >= steps:
+        raise ConfigError(
+            f"train.warmup_steps: {config.warmup_steps} is not below the run's {steps} steps: "
+            "the learning rate would never reach train.learning_rate; lower it"
+        )
+    job.loss.total_steps = steps
+    pooler_layer = getattr(job.model[0].auto_model, "pooler", None)
+    if pooler_layer is not None and not POOLERS[config.pooler].dense:
+        pooler_layer.requires_grad_(
+            False
+        )  # computed, never pooled: DDP expects every weight to learn
+    inputs = job.loss.batch_inputs()
+    tokenizer = job.model.tokenizer
+    data = training_dataset(
+        job.sentences, tokenizer, config.max_length, job.phrases, keep_text=bool(inputs)
+    )
+    collate = Collator(
+        tokenizer.pad_token_id, config.max_length if compiled else None, inputs, job.seed
+    )
+    args = SentenceTransformerTrainingArguments(
+        output_dir=str(run_dir),
+        per_device_train_batch_size=config.batch_size // world,
+        learning_rate=config.learning_rate,
+        weight_decay=config.weight_decay,
+        warmup_steps=config.warmup_steps,
+        lr_scheduler_type="linear",
+        num_train_epochs=config.epochs,
+        max_steps=config.max_steps or -1,
+        max_grad_norm=config.max_grad_norm or math.inf,
+        optim="adamw_torch_fused" if config.fused_adamw else "adamw_torch",
+        bf16=dtype == torch.bfloat16,
+        fp16=dtype == torch.float16,
+        use_cpu=not cuda,
+        torch_compile=compiled,
+        logging_strategy="steps",
+        logging_steps=config.log_steps,
+        logging_nan_inf_filter=False,
+        eval_strategy="steps",
+        eval_steps=config.eval_steps,
+        save_strategy="no",  # the callback saves by wall time (train.checkpoint_minutes)
+        save_total_limit=2,  # the newest complete one survives a kill while writing the next
+        seed=job.seed,
+        data_seed=job.seed,
+        dataloader_num_workers=workers,
+        dataloader_pin_memory=cuda,
+        dataloader_drop_last=True,
+        accelerator_config={"non_blocking": cuda},
+        ddp_find_unused_parameters=False,
+        report_to="none",
+        disable_tqdm=not sys.stderr.isatty(),
+    )
+    callback = RunCallback(hooks, config, resume)
+    trainer = Trainer(
+        model=job.model,
+        args=args,
+        train_dataset=data,
+        loss=job.loss,
+        evaluator=DevScore(callback.score),
+        data_collator=collate,
+        callbacks=[callback, *callbacks],
+    )
+    trainer.remove_callback(PrinterCallback)  # the callback logs each logged step as a line
+    callback.trainer = trainer
+    return trainer
 
 
 def probe_dev_vectors(encoder: Encoder, pooler: str, data: Path, batch_size: int) -> None:
@@ -178,7 +393,7 @@ def check_params(params: Mapping[str, Any]) -> None:
 
 def prepare(spec: str, seed: int, params: Mapping[str, Any], data: Path) -> TrainingJob:
     """Check every input of a run (method spec, seed, params, corpus, dev sets, PaSeR's phrases),
-    then load the model and build the method and the run key: everything that defines the run
+    then load the model and build its loss and the run key: everything that defines the run
     (params of every part, data hashes, the model's weights, the code), so a checkpoint resumes
     only the same run."""
     check_params(params)  # the experiment's method and seeds, and every method's section
@@ -198,45 +413,87 @@ def prepare(spec: str, seed: int, params: Mapping[str, Any], data: Path) -> Trai
         else f"the STS sets under {data} (train.corpus: sts)"
     )
     hashes = {"corpus": lines_hash(sentences), "dev": files_hash(dev_files(data, config.selection))}
+    phrases = None
     if "paser" in names:
-        paser = section(params, "paser", PaSeRConfig)
-        top_k = section(params, "phrases", PhrasesConfig).top_k
-        if paser.mask_phrases > top_k:
-            raise ConfigError(
-                f"paser.mask_phrases: {paser.mask_phrases} is more than the {top_k} phrases the "
-                "phrases stage keeps per sentence (phrases.top_k): raise phrases.top_k or lower it"
-            )
-        phrases = Path(paser.phrases)
-        if not phrases.is_file():
-            raise ConfigError(f"paser.phrases: {phrases}: not found; run the phrases stage first")
-        hashes["phrases"] = files_hash([phrases])
-    encoder = Encoder.from_pretrained(
+        phrases = paser_phrases(params, sentences)
+        hashes["phrases"] = files_hash([Path(section(params, "paser", PaSeRConfig).phrases)])
+    model = st_model(
         model_config.name_or_path,
         config.pooler,
+        config.max_length,
+        trust_remote_code=model_config.trust_remote_code,
+        attention=config.attention,
+    )
+    encoder = Encoder(
+        model[0].auto_model,
+        model[0].tokenizer,
+        config.eval_pooler,
         None,
-        model_config.trust_remote_code,
         model_config.precision,
-        pooler_param="train.pooler",
+        "train.eval_pooler",
+        name=model_config.name_or_path,
+        param="model.name_or_path",
     )
     encoder.check_length(config.max_length, "train.max_length")
-    encoder.check_pooling(config.eval_pooler, "train.eval_pooler")
     weights = model_identity(model_config.name_or_path, encoder).sha256
-    method = CombinedMethod(spec, params, encoder, seed)
-    method.check_corpus(sentences)  # PaSeR's phrases must be those of this corpus
+    loss = method_loss(spec, model, params, seed=seed, mlp_head=config.mlp_head)
     probe_dev_vectors(encoder, config.eval_pooler, data, model_config.batch_size)
     run_key = {
         "method": spec,
         "seed": seed,
         "model": {**asdict(model_config), "weights": weights},
         "train": asdict(config),
-        "simcse": asdict(method.base),
-        **{name: asdict(part.config) for name, part in method.parts.items()},
+        "simcse": asdict(loss.base),
+        **{name: asdict(part.config) for name, part in loss.parts.items()},
         "data": hashes,
         "code": source_hash(),
     }
     dev = dev_scorer(data, model_config.batch_size, config.selection)
     return TrainingJob(
-        spec, seed, model_config, config, sentences, corpus, encoder, method, run_key, dev
+        spec,
+        seed,
+        model_config,
+        config,
+        sentences,
+        corpus,
+        model,
+        encoder,
+        loss,
+        run_key,
+        dev,
+        phrases,
+    )
+
+
+def paser_phrases(
+    params: Mapping[str, Any], sentences: Sequence[str]
+) -> dict[str, list[tuple[int, int]]]:
+    """PaSeR's phrase spans of each training sentence, from the phrases stage's file
+    (`paser.phrases`); a file made from another corpus (a row per distinct sentence, no more)
+    or with fewer phrases than PaSeR masks (`phrases.top_k`) is refused, naming the param."""
+    paser = section(params, "paser", PaSeRConfig)
+    top_k = section(params, "phrases", PhrasesConfig).top_k
+    if paser.mask_phrases > top_k:
+        raise ConfigError(
+            f"paser.mask_phrases: {paser.mask_phrases} is more than the {top_k} phrases the "
+            "phrases stage keeps per sentence (phrases.top_k): raise phrases.top_k or lower it"
+        )
+    try:
+        spans = read_phrase_spans(Path(paser.phrases))
+    except DataFormatError as err:
+        raise ConfigError(f"paser.phrases: {err}") from err
+    missing = next((s for s in sentences if s not in spans), None)
+    if missing is None and len(set(sentences)) == len(spans):
+        return spans
+    example = (
+        f"it has no row for the training sentence {missing[:60]!r}"
+        if missing is not None
+        else "it has rows for sentences the training corpus does not hold"
+    )
+    raise ConfigError(
+        f"paser.phrases: {paser.phrases} was made from another corpus ({len(spans)} distinct "
+        f"sentences; the training corpus has {len(set(sentences))}, and {example}); rerun the "
+        "phrases stage on the training corpus (dvc repro phrases)"
     )
 
 

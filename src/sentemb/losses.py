@@ -1,0 +1,329 @@
+"""Every training method as a sentence-transformers loss, trained by its trainer.
+
+    from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
+    from sentemb.losses import DCLRLoss
+
+    model = SentenceTransformer("bert-base-uncased")
+    loss = DCLRLoss(model)                    # or method_loss("iscse+dclr", model)
+    SentenceTransformerTrainer(model=model, train_dataset=sentences, loss=loss).train()
+
+`train_dataset` has one column of sentences. Each loss is unsupervised SimCSE's objective
+(Gao et al., 2021, eq. 1: two dropout views of each sentence in one forward pass, InfoNCE over
+the in-batch negatives at temperature 0.05, a fresh dense + tanh head over the pooled vector in
+training only) with the parts of its method (`sentemb.methods`), built from the params.yaml
+defaults of their sections; keyword arguments set any param of the method's section
+(`SSCLLoss(model, layers=[-2, -3])`). What a method trains besides the model lives in the loss,
+as `GISTEmbedLoss` holds its guide model: the head, IS-CSE's buffer, DCLR's frozen
+complementary model, PaSeR's decoder and MLM head. PaSeR finds its phrases itself (RAKE) unless
+the data collator of `sentemb.training.data` hands it the pipeline's.
+
+Under several processes (`torchrun`), the vectors are gathered with gradient, so the negatives
+are those of the global batch, and a mean over items scales by the global count: the average of
+the processes' gradients is the single-process gradient of the global batch. The model's own
+gradients are averaged by DDP; the loss's own modules are not in the DDP-wrapped model, so the
+trainer averages theirs (`sentemb.training.trainer.Trainer`).
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+import weakref
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+from sentemb.config import parse_spec, section
+from sentemb.encoder import EncoderOutput
+from sentemb.methods.base import BatchInputs, Objective, SimCSEConfig, TrainState, Views
+from sentemb.registry import METHODS
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+
+class MLPHead(nn.Module):
+    """SimCSE's training-only head: dense + tanh over the pooled vector."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.dense = nn.Linear(dim, dim)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.tanh(self.dense(x))
+
+
+class MethodLoss(nn.Module):
+    """SimCSE's InfoNCE plus every part `spec` names (`iscse+dclr`, `sscl+dclr`, ...).
+
+    `params` holds params.yaml sections (`simcse`, the methods'); a missing one takes its
+    defaults. The head and the parts' random initialisation (PaSeR's decoder), and the parts'
+    random draws (DCLR's noise, IS-CSE's K-means), come from `seed`. `total_steps` is the run's
+    length, which only IS-CSE's cosine α schedule reads. `forward` returns the loss's terms,
+    which the trainer sums; `logs()` gives the last step's terms and diagnostics.
+    """
+
+    def __init__(
+        self,
+        model: SentenceTransformer,
+        spec: str = "simcse",
+        params: Mapping[str, Any] | None = None,
+        *,
+        seed: int = 0,
+        mlp_head: bool = True,
+        total_steps: int | None = None,
+    ) -> None:
+        super().__init__()
+        params = dict(params or {})
+        names = parse_spec(spec)
+        self.spec, self.model, self.total_steps = "+".join(names), model, total_steps
+        self.base = section(params, "simcse", SimCSEConfig)
+        contrastive = any(METHODS[n].cls.contrastive for n in names)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            dim = model.get_embedding_dimension()
+            self.head = MLPHead(dim) if mlp_head and contrastive else nn.Identity()
+            self.parts = nn.ModuleDict(
+                {n: METHODS[n].cls(section(params, n, METHODS[n].config), model) for n in names}
+            )
+        self.step = 0  # training forward passes so far (IS-CSE's α, resumed with the loss)
+        self.seed, self._generator = seed, None
+        self._generator_state: Tensor | None = None  # a resumed state, for the generator to be
+        self.last = torch.zeros(())  # the last loss, for the trainer's finiteness check
+        self._last: dict[str, Tensor | float] = {}  # the last training step's terms, diagnostics
+        # the model's own modules (lists: they are the model's, not the loss's): its Transformer,
+        # and the modules after it (pooling), which pool an intermediate layer as the last
+        self._transformer, self._pooling = [model[0]], [list(model)[1:]]
+        layers = [*self.parts.values(), *self._pooling[0]]  # SSCL, a pooler averaging layers
+        self.hidden_states = any(getattr(part, "hidden_states", False) for part in layers)
+        theirs = {id(p) for p in model.parameters()}
+        self._own = [p for p in self.parameters() if id(p) not in theirs]
+        LIVE.add(self)
+
+    def own_parameters(self) -> list[nn.Parameter]:
+        """The loss's own trainable parameters: the head's, the parts' (PaSeR's decoder), not
+        the model's."""
+        return [p for p in self._own if p.requires_grad]
+
+    @property
+    def contrastive(self) -> bool:
+        return any(part.contrastive for part in self.parts.values())
+
+    def batch_inputs(self) -> dict[str, BatchInputs]:
+        """What each part prepares per batch from the texts (PaSeR), by part name: the data
+        collator makes these off the step, in the order of `forward`'s extra features."""
+        found = {name: part.batch_inputs() for name, part in self.parts.items()}
+        return {name: inputs for name, inputs in found.items() if inputs is not None}
+
+    @property
+    def generator(self) -> torch.Generator:
+        """The parts' random draws, on the model's device (made at the first use, once the
+        trainer has placed the model), seeded with `seed` or resumed."""
+        device = next(iter(self._transformer[0].parameters())).device
+        if self._generator is None or self._generator.device != device:
+            self._generator = torch.Generator(device).manual_seed(self.seed)
+            if self._generator_state is not None:
+                self._generator.set_state(self._generator_state)
+        return self._generator
+
+    def get_extra_state(self) -> dict[str, Any]:
+        return {"step": self.step, "generator": self.generator.get_state()}
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        self.step = int(state["step"])
+        self._generator, self._generator_state = None, state["generator"]
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the loss: all but the model's weights (the trainer saves
+        those), so a resumed run continues with the same head, buffers and random draws."""
+        return {k: v for k, v in self.state_dict().items() if not k.startswith("model.")}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        missing, unexpected = self.load_state_dict(dict(state), strict=False)
+        missing = [key for key in missing if not key.startswith("model.")]
+        if missing or unexpected:
+            raise KeyError(f"loss state: missing {missing}, unexpected {unexpected}")
+
+    def encode(self, features: dict[str, Any]) -> EncoderOutput:
+        """One forward pass of the model being trained (through its DDP or compiled wrapper)."""
+        out = self.model(features)
+        hidden = out.get("all_layer_embeddings") or (out["token_embeddings"],)
+        return EncoderOutput(out["sentence_embedding"], tuple(hidden), out["attention_mask"])
+
+    def project(self, view: EncoderOutput, layer: int) -> Tensor:
+        """Hidden layer `layer` of a view pooled as the last one is (the model's pooling
+        modules), then the training head."""
+        if layer == -1:
+            return self.head(view.pooled)
+        below = view.hidden_states[: len(view.hidden_states) + layer + 1]
+        features = {
+            "token_embeddings": below[-1],
+            "all_layer_embeddings": below,
+            "attention_mask": view.attention_mask,
+        }
+        for module in self._pooling[0]:
+            features = module(features)
+        return self.head(features["sentence_embedding"])
+
+    def forward(
+        self, sentence_features: Iterable[dict[str, Any]], labels: Tensor | None = None
+    ) -> dict[str, Tensor]:
+        """The loss's terms for one batch (`objective`). The first features are the
+        sentences; any further ones are the parts' prepared inputs, in the order of
+        `batch_inputs`. In training, the parts' state (IS-CSE's buffer) then takes the batch."""
+        batch, *extra = sentence_features
+        inputs = dict(zip(self.batch_inputs(), extra, strict=False))
+        views = Views(batch, self.encode, self.head, self.project, inputs)
+        training = self.model.training
+        state = TrainState(self.step, self.total_steps, self.generator)
+        config = self._transformer[0].auto_model.config
+        hidden_states, config.output_hidden_states = config.output_hidden_states, self.hidden_states
+        try:  # every layer, for the parts that pool them (SSCL), in this forward pass only
+            terms, logs = self.objective(views, state)
+        finally:
+            config.output_hidden_states = hidden_states
+        self.last = functools.reduce(operator.add, terms.values()).detach()
+        if training:
+            self.step += 1
+            with torch.no_grad():
+                for part in self.parts.values():
+                    part.after_step(views)
+            self._last = {k: v.detach() for k, v in terms.items()} | dict(logs)
+        return terms
+
+    def objective(
+        self, views: Views, state: TrainState
+    ) -> tuple[dict[str, Tensor], dict[str, Tensor | float]]:
+        """The terms of the objective and the parts' diagnostics: `contrastive_loss` (SimCSE's
+        InfoNCE with what the parts add to it) and the parts' own terms
+        (`iscse/weighted_smoothing`, `paser/generative`, ...)."""
+        objective = Objective(views, self.base.temperature)
+        for part in self.parts.values():
+            part.contribute(objective, views, state)
+        terms = {}
+        if self.contrastive:
+            loss = objective.contrastive_loss()
+            for part in self.parts.values():
+                loss = part.finish(objective, loss)
+            terms["contrastive_loss"] = loss
+        return terms | objective.terms, objective.logs
+
+    def logs(self) -> dict[str, float]:
+        """The last training step's loss, terms and the parts' diagnostics (reads the device:
+        call it where the step is logged). The step's own values, not a mean since the last
+        call, so a resumed run logs what an uninterrupted one does."""
+        values = {key: float(value) for key, value in self._last.items()}
+        return {"loss": float(self.last)} | values if values else {}
+
+    def unstable_params(self) -> list[str]:
+        """The params (with values) whose extreme values likely made a run diverge."""
+        likely = (
+            [f"simcse.temperature ({self.base.temperature:g}) too low"] if self.contrastive else []
+        )
+        return likely + [
+            f"{name}.{key} ({getattr(part.config, key):g})"
+            for name, part in self.parts.items()
+            for key in part.unstable_params()
+        ]
+
+    def save(self, folder: Path) -> None:
+        """What the parts keep beside the saved model (PaSeR's decoder)."""
+        for part in self.parts.values():
+            part.save(folder)
+
+
+def clear_own_gradients(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    """After an optimizer step, clear the gradients of the live losses' own parameters that it
+    updated. The trainer clears only the model's (`model.zero_grad()`), so without this a
+    head's gradient would be the sum of every step's so far. A global post-step hook, since a
+    loss never sees its optimizer."""
+    if not LIVE:
+        return
+    members = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    for loss in list(LIVE):
+        for param in loss.own_parameters():
+            if id(param) in members:
+                param.grad = None
+
+
+LIVE: weakref.WeakSet[MethodLoss] = weakref.WeakSet()  # every loss not yet collected
+register_optimizer_step_post_hook(clear_own_gradients)
+
+
+class _OneMethod(MethodLoss):
+    """A loss of one method: its section's params as keyword arguments."""
+
+    method: ClassVar[str]
+
+    def __init__(
+        self,
+        model: SentenceTransformer,
+        *,
+        temperature: float = 0.05,
+        seed: int = 0,
+        mlp_head: bool = True,
+        total_steps: int | None = None,
+        **params: Any,
+    ) -> None:
+        sections: dict[str, Any] = {"simcse": {"temperature": temperature}}
+        if params or self.method != "simcse":
+            sections[self.method] = params
+        super().__init__(
+            model, self.method, sections, seed=seed, mlp_head=mlp_head, total_steps=total_steps
+        )
+
+
+class SimCSELoss(_OneMethod):
+    """Unsupervised SimCSE (Gao, Yao & Chen, EMNLP 2021), eq. 1."""
+
+    method = "simcse"
+
+
+class SSCLLoss(_OneMethod):
+    """SSCL (Chen et al., ACL 2023 Findings), eq. 4: intermediate-layer negatives."""
+
+    method = "sscl"
+
+
+class ISCSELoss(_OneMethod):
+    """IS-CSE (He et al., AAAI 2023), eq. 3-8: instance smoothing from a FIFO buffer."""
+
+    method = "iscse"
+
+
+class DCLRLoss(_OneMethod):
+    """DCLR (Zhou et al., ACL 2022), eq. 1-6: noise negatives, complementary-model weights."""
+
+    method = "dclr"
+
+
+class PaSeRLoss(_OneMethod):
+    """PaSeR (Wu & Zhao, 2022), eq. 2-4: phrase reconstruction and MLM."""
+
+    method = "paser"
+
+
+LOSSES: dict[str, type[_OneMethod]] = {
+    cls.method: cls for cls in (SimCSELoss, SSCLLoss, ISCSELoss, DCLRLoss, PaSeRLoss)
+}
+
+
+def method_loss(
+    spec: str,
+    model: SentenceTransformer,
+    params: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> MethodLoss:
+    """The loss of any method spec, `+` joins included, with the params.yaml sections in
+    `params` (defaults where absent); `options`: `seed`, `mlp_head`, `total_steps`."""
+    names, params = parse_spec(spec), dict(params or {})
+    if len(names) > 1 or names[0] not in LOSSES:
+        return MethodLoss(model, spec, params, **options)
+    name = names[0]
+    own = params.get(name) if name != "simcse" else None
+    temperature = section(params, "simcse", SimCSEConfig).temperature
+    return LOSSES[name](model, temperature=temperature, **(own or {}), **options)

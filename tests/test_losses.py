@@ -1,0 +1,90 @@
+"""Every method as a sentence-transformers loss, outside the pipeline: built from the model
+alone with params.yaml's defaults, trained by the stock `SentenceTransformerTrainer` on a
+one-column dataset of sentences (its own collator, which hands the loss token ids only)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from sentemb.config import ConfigError
+from sentemb.losses import LOSSES, SSCLLoss, method_loss
+from sentemb.registry import METHODS
+
+from support.training import SENTENCES
+
+SPECS = [*METHODS, "iscse+dclr", "sscl+dclr"]
+
+
+def train(model, loss, folder: Path, steps: int = 3) -> list[float]:
+    """`steps` steps of the stock trainer on SENTENCES; the logged losses."""
+    from datasets import Dataset
+    from sentence_transformers import (
+        SentenceTransformerTrainer,
+        SentenceTransformerTrainingArguments,
+    )
+
+    args = SentenceTransformerTrainingArguments(
+        output_dir=str(folder),
+        per_device_train_batch_size=8,
+        max_steps=steps,
+        logging_steps=1,
+        use_cpu=True,
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+        seed=0,
+    )
+    data = Dataset.from_dict({"text": SENTENCES})
+    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data, loss=loss)
+    trainer.train()
+    return [row["loss"] for row in trainer.state.log_history if "loss" in row]
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_each_method_trains_through_the_stock_trainer(
+    tiny_model_dir: Path, tmp_path: Path, spec: str
+) -> None:
+    """The README's five lines: `method_loss(spec, model)` with params.yaml's defaults (IS-CSE's
+    buffer shrunk to fit 3 steps of 8), trained by sentence-transformers' own trainer and
+    collator: finite losses, the model's weights moved, and the loss's own gradients cleared
+    after each step (the trainer clears only the model's)."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(tiny_model_dir), device="cpu")
+    loss = method_loss(
+        spec, model, {"iscse": {"buffer_size": 16, "k": 2}, "paser": {"decoder_layers": 1}}
+    )
+    before = [p.detach().clone() for p in model.parameters()]
+    losses = train(model, loss, tmp_path)
+    assert len(losses) == 3 and all(math.isfinite(v) for v in losses)
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    assert all(p.grad is None for p in loss.own_parameters())
+    if spec in LOSSES:
+        assert type(loss) is LOSSES[spec]
+
+
+def test_a_loss_class_takes_its_section_as_keywords(tiny_st) -> None:
+    """`SSCLLoss(model, layers=[-2])` sets params of `sscl`; a typo or a bad value is the params
+    file's own error."""
+    assert (
+        SSCLLoss(tiny_st, layers=[-2], variant="self", average_with_simcse=False)
+        .parts["sscl"]
+        .config.variant
+        == "self"
+    )
+    with pytest.raises(ConfigError, match=r"^sscl: unknown key\(s\) \['layr'\]"):
+        SSCLLoss(tiny_st, layr=[-2])
+    with pytest.raises(ConfigError, match=r"^simcse.temperature: must be > 0"):
+        SSCLLoss(tiny_st, temperature=0.0)
+
+
+def test_the_head_exists_only_for_contrastive_objectives(tiny_st, tmp_path: Path) -> None:
+    from support.training import paser_params
+
+    assert method_loss("simcse", tiny_st).own_parameters()
+    paser = method_loss("paser", tiny_st, {"paser": paser_params(tmp_path)})
+    assert not any(name.startswith("head.") for name, _ in paser.named_parameters())
