@@ -34,6 +34,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -154,7 +155,13 @@ def bench_job(
         st,
         encoder,
         loss,
-        {"method": spec, "train": train, "model": name},
+        {
+            "method": spec,
+            "model": name,
+            "train": asdict(config),
+            "simcse": asdict(loss.base),
+            **{part: asdict(loss.parts[part].config) for part in loss.parts},
+        },
         lambda encoder: {"STSBenchmark/dev": 0.0},
         phrases,
     )

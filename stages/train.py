@@ -31,7 +31,7 @@ from sentemb.io import check_folder, check_output, write_json
 from sentemb.report.plots import save, training_curves
 from sentemb.tracking import mlflow_run
 from sentemb.training.config import TrainConfig
-from sentemb.training.run import check_params, prepare, torchrun
+from sentemb.training.run import check_params, one_gpu, prepare, torchrun
 
 log = logging.getLogger("train")
 PLOTS = ("dev_curve.json", "loss_curve.json", "train_curves.png")  # written into --plots
@@ -63,6 +63,7 @@ def main() -> None:
     nproc = section(params, "train", TrainConfig).nproc
     if nproc > 1 and "WORLD_SIZE" not in os.environ:  # not yet under torchrun
         torchrun(nproc)
+    one_gpu(params)  # alone: the GPU train.device names, no other
     method = args.method or run_plan(params)[0]
     job = prepare(method, args.seed, params, args.data)  # every input checked: no run yet
     with mlflow_run("train", {}, run_name=f"train:{job.spec}") as run:

@@ -21,7 +21,8 @@ Under several processes (`torchrun`), the vectors are gathered with gradient, so
 are those of the global batch, and a mean over items scales by the global count: the average of
 the processes' gradients is the single-process gradient of the global batch. The model's own
 gradients are averaged by DDP; the loss's own modules are not in the DDP-wrapped model, so the
-trainer averages theirs (`sentemb.training.trainer.Trainer`).
+pipeline's trainer averages theirs (`sentemb.training.trainer.Trainer`). The trainer clears
+only the model's gradients after a step; `clear_own_gradients` clears the loss's.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from sentemb.training.checkpoint import (
     latest_checkpoint,
 )
 from sentemb.training.config import TrainConfig
+from sentemb.training.run import one_gpu
 from sentemb.training.trainer import DivergenceError, check_batches, pick_device
 
 from support.training import hold_checkpoints, make_job
@@ -449,3 +450,37 @@ def test_a_diverged_iscse_run_names_the_alpha_its_schedule_uses(
     )
     likely = ", ".join(job.likely())
     assert all(name in likely for name in named) and unnamed not in likely, likely
+
+
+@pytest.mark.parametrize(
+    ("device", "visible", "shown", "reads"),
+    [
+        ("cuda:1", None, "1", "cuda"),
+        ("cuda:1", "2,3", "3", "cuda"),
+        ("auto", "5,6", "5", "auto"),
+        ("cuda", None, "0", "cuda"),
+        ("cpu", "0,1", "0,1", "cpu"),
+        ("cuda:3", "0,1", "0,1", "cuda:3"),  # no such GPU: pick_device names the ones there are
+    ],
+)
+def test_a_process_training_alone_sees_one_gpu(
+    monkeypatch: pytest.MonkeyPatch, device: str, visible: str | None, shown: str, reads: str
+) -> None:
+    """Alone, the trainer takes the first GPU it sees and splits batches across several
+    (DataParallel): the stage shows it only the one `train.device` names, before CUDA starts."""
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    params = {"train": {"device": device}}
+    one_gpu(params)
+    assert os.environ.get("CUDA_VISIBLE_DEVICES") == shown
+    assert params["train"]["device"] == reads
+
+
+def test_processes_under_torchrun_keep_their_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    one_gpu({"train": {"device": "cuda:1"}})
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,1"

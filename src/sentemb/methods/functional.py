@@ -147,8 +147,12 @@ def _weighted_logits(logits: Tensor, weights: Tensor | None, what: str) -> Tenso
         raise ValueError(
             f"{what}: shape {tuple(w.shape)} does not broadcast to {tuple(logits.shape)}"
         ) from err
-    if bool((w < 0).any()) or bool(torch.isnan(w).any()):
-        raise ValueError(f"{what}: weights must be >= 0")
+    valid = ~((w < 0) | torch.isnan(w)).any()
+    if w.device.type == "cpu":
+        if not bool(valid):
+            raise ValueError(f"{what}: weights must be >= 0")
+    else:  # checked on the device: a training step never waits for it
+        torch._assert_async(valid, f"{what}: weights must be >= 0")
     # clamp so that log() and its gradient stay finite where w == 0; where() then drops those.
     log_w = torch.log(w.clamp_min(torch.finfo(logits.dtype).tiny))
     return torch.where(w > 0, logits + log_w, torch.full_like(logits, -math.inf))

@@ -87,7 +87,9 @@ def mask_phrases(
     targets stay aligned whatever the tokenizer; spans that overlap a kept one, or reach past
     the `max_tokens` the encoder sees, are skipped. Masked phrases are listed in text order.
     """
-    encoding = tokenizer(sentence, add_special_tokens=False, return_offsets_mapping=True)
+    encoding = tokenizer(  # every sub-word: past `max_tokens` is skipped below, not an error
+        sentence, add_special_tokens=False, return_offsets_mapping=True, verbose=False
+    )
     ids, offsets = encoding["input_ids"], encoding["offset_mapping"]
     chosen: list[tuple[int, int, list[int]]] = []
     for start, end in spans[:k]:

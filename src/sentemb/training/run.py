@@ -497,6 +497,25 @@ def paser_phrases(
     )
 
 
+def one_gpu(params: dict[str, Any]) -> None:
+    """Show a process that trains alone only the GPU `train.device` names (`cuda:N`; `auto` and
+    `cuda`: the first), before torch starts CUDA: the trainer trains on the first GPU it sees
+    and, seeing several, would split each batch across them (DataParallel). `train.device`
+    then reads `cuda` (params, in memory). Under torchrun every process sees its own GPU."""
+    train = params.setdefault("train", {}) or {}
+    name = str(train.get("device", "auto"))
+    if name == "cpu" or "WORLD_SIZE" in os.environ:
+        return
+    index = int(name.split(":")[1]) if name.startswith("cuda:") and name[5:].isdigit() else 0
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = [v for v in visible.split(",") if v] if visible is not None else None
+    if ids is not None and index >= len(ids):
+        return  # pick_device names the devices there are
+    os.environ["CUDA_VISIBLE_DEVICES"] = ids[index] if ids is not None else str(index)
+    if name.startswith("cuda:"):
+        train["device"] = "cuda"
+
+
 def torchrun_command(nproc: int, argv: Sequence[str]) -> list[str]:
     """`argv` (a script and its arguments) run by `nproc` processes under torchrun, on a free
     port of this machine (`--standalone`)."""

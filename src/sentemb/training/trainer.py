@@ -168,15 +168,15 @@ class Trainer(SentenceTransformerTrainer):
         norm = total_norm([p.grad for p in params if p.grad is not None])
         if math.isfinite(self.args.max_grad_norm):
             torch.nn.utils.clip_grads_with_norm_(params, self.args.max_grad_norm, norm)
-        scaled = self.accelerator.scaler is not None  # fp16: the scaler skips overflowing steps
-        bad = self.watch.note(self.state.global_step + 1, self.loss.last, None if scaled else norm)
+        if self.accelerator.scaler is not None:  # fp16: the scaler skips overflowing steps
+            self.watch.note(self.state.global_step + 1, self.loss.last, None)
+            return norm
+        bad = self.watch.note(self.state.global_step + 1, self.loss.last, norm)
         optimizer = self.optimizer.optimizer
-        if scaled:
-            pass
-        elif getattr(optimizer, "_step_supports_amp_scaling", False) and is_fused(optimizer):
+        if is_fused(optimizer):  # skips the step on the device where `bad` is true
             optimizer.found_inf = bad.float()
-        elif bool(bad) and self.run is not None:  # an unfused optimizer cannot skip a step
-            self.run.raise_if_diverged()  # on the device: read it now, before the step
+        elif bool(bad) and self.run is not None:  # an unfused optimizer cannot: read it now
+            self.run.raise_if_diverged()
         return norm
 
     def add_model_card_callback(self, default_args_dict: dict[str, Any]) -> None:
@@ -198,7 +198,9 @@ class Trainer(SentenceTransformerTrainer):
 
 
 def is_fused(optimizer: torch.optim.Optimizer) -> bool:
-    return all(group.get("fused") for group in optimizer.param_groups)
+    """Whether `optimizer` is torch's fused Adam(W), which reads `found_inf` before a step."""
+    supports = getattr(optimizer, "_step_supports_amp_scaling", False)
+    return supports and all(group.get("fused") for group in optimizer.param_groups)
 
 
 def average_own_gradients(loss: MethodLoss) -> None:
