@@ -27,7 +27,9 @@ vocabulary), batch 64, max length 32, bf16 autocast, the mirror's Wikipedia head
   against one process.
 
 Without a CUDA device it records {"skipped": "no CUDA device"}, unless `--out` already holds a
-GPU measurement, which it keeps. Writes `benchmarks/gpu.json` after each part.
+GPU measurement, which it keeps; `--smoke` runs it on the CPU instead, in fp32, to try the
+script before a GPU's minutes are spent on it (`--shape model --steps 1 --loop-steps 3
+--corpus-size 2000`). Writes `benchmarks/gpu.json` after each part.
 """
 
 from __future__ import annotations
@@ -84,16 +86,22 @@ def random_bert_base(tokenizer_from: str, folder: Path) -> str:
     return str(folder)
 
 
-def matmul_peak(size: int = 8192, repeats: int = 20) -> float:
+def sync() -> None:
+    """Wait for the GPU (nothing on the CPU of a `--smoke` run)."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def matmul_peak(device: str, size: int = 8192, repeats: int = 20) -> float:
     """The device's bf16 matmul rate, TFLOP/s: the best of `repeats` products of two
     `size` x `size` matrices."""
-    a, b = (torch.randn(size, size, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    a, b = (torch.randn(size, size, device=device, dtype=torch.bfloat16) for _ in range(2))
     best = math.inf
     for _ in range(repeats):
-        torch.cuda.synchronize()
+        sync()
         started = time.perf_counter()
         a @ b
-        torch.cuda.synchronize()
+        sync()
         best = min(best, time.perf_counter() - started)
     return 2 * size**3 / best / 1e12
 
@@ -143,10 +151,10 @@ def loop(params: dict, sentences: list[str], steps: int, data: Path, folder: Pat
         def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             spent["checkpoint"].append(time.perf_counter() - marks["last"])
 
-    torch.cuda.synchronize()
+    sync()
     started = time.perf_counter()
     job.train(folder / "model", folder / "ck", callbacks=[Spent()])
-    torch.cuda.synchronize()
+    sync()
     return {
         "steps": steps,
         "wall_seconds": time.perf_counter() - started,
@@ -208,13 +216,17 @@ def main() -> None:
     parser.add_argument("--params", default=str(ROOT / "params.yaml"))
     parser.add_argument("--data", type=Path, default=MIRROR, help="holds senteval/ (STS-B dev)")
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("gpu.json"))
+    parser.add_argument(
+        "--smoke", action="store_true", help="on the CPU, to try the script (figures meaningless)"
+    )
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(args)
         return
-    if not torch.cuda.is_available():
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu" and not args.smoke:
         kept = json.loads(args.out.read_text()) if args.out.is_file() else {}
         if "device" in kept:  # a CPU run never erases a GPU measurement
             print(f"skipped: no CUDA device; {args.out} keeps {kept['device']}, {kept['date']}")
@@ -223,13 +235,14 @@ def main() -> None:
         print("skipped: no CUDA device")
         return
     params = load_params(args.params)
-    params["train"] = {**params.get("train", {}), "device": "cuda", "precision": "bf16"}
+    precision = "bf16" if device == "cuda" else "fp32"
+    params["train"] = {**params.get("train", {}), "device": device, "precision": precision}
     config = section(params, "train", TrainConfig)
     results: dict[str, Any] = {}
     report: dict[str, Any] = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine(),
-        "device": torch.cuda.get_device_name(),
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu (--smoke)",
         "devices": torch.cuda.device_count(),
         "cuda": torch.version.cuda,
         "torch": torch.__version__,
@@ -247,7 +260,7 @@ def main() -> None:
         if args.shape == "bert-base":
             model = random_bert_base(model, Path(folder) / "bert-base")
             params["model"] = {**params.get("model", {}), "name_or_path": model}
-        report["peak_tflops"] = matmul_peak()
+        report["peak_tflops"] = matmul_peak(device, 8192 if device == "cuda" else 512)
         sentences = cycled(CORPUS, args.corpus_size)
         tokenizer = Encoder.from_pretrained(model).tokenizer
         started = time.perf_counter()

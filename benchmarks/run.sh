@@ -20,7 +20,7 @@ if [[ "${QUICK:-0}" == 1 ]]; then
   : "${PRECISION_ARGS=--rounds 1 --steps 1 --train-steps 0}"
   : "${EVALUATION_ARGS=--rounds 1 --tasks STSBenchmark}"
   : "${SCALE_ARGS=--sizes 2000 5000}"
-  : "${GPU_ARGS=--steps 3 --train-steps 4}"
+  : "${GPU_ARGS=--steps 3 --loop-steps 0 --corpus-size 2000}"
 else
   mode=full
   BENCH_OUT="${BENCH_OUT:-benchmarks}"

@@ -241,7 +241,8 @@ def clear_own_gradients(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any
     """After an optimizer step, clear the gradients of the live losses' own parameters that it
     updated. The trainer clears only the model's (`model.zero_grad()`), so without this a
     head's gradient would be the sum of every step's so far. A global post-step hook, since a
-    loss never sees its optimizer."""
+    loss never sees its optimizer; under fp16 it needs a fused optimizer, which a gradient
+    scaler calls also on the steps it skips (an unfused one it does not call)."""
     if not LIVE:
         return
     members = {id(p) for group in optimizer.param_groups for p in group["params"]}

@@ -32,7 +32,7 @@ from sentemb.training.checkpoint import (
 )
 from sentemb.training.config import TrainConfig
 from sentemb.training.run import one_gpu
-from sentemb.training.trainer import DivergenceError, check_batches, pick_device
+from sentemb.training.trainer import ONE_GPU, DivergenceError, check_run, pick_device
 
 from support.training import hold_checkpoints, make_job
 
@@ -191,26 +191,65 @@ def test_best_dev_below_the_untrained_model_is_warned(
 
 
 @pytest.mark.parametrize(
-    ("batch", "world", "contrastive", "sentences", "message"),
+    ("train", "world", "contrastive", "sentences", "message"),
     [
-        (1, 1, True, 64, "train.batch_size: 1 leaves no in-batch negative"),
-        (2, 2, True, 64, r"train.batch_size: 1 sentence per process \(2 processes\) leaves no"),
-        (3, 2, True, 64, "train.batch_size: 3 does not split across 2 processes"),
-        (65, 1, True, 64, "train.batch_size: 65 is more than the 64 sentences of corpus.txt"),
-        (9, 1, False, 8, "train.batch_size: 9 is more than the 8 sentences of corpus.txt"),
+        ({"batch_size": 1}, 1, True, 64, "train.batch_size: 1 leaves no in-batch negative"),
+        (
+            {"batch_size": 2},
+            2,
+            True,
+            64,
+            r"train.batch_size: 1 sentence per process \(2 processes\) leaves no",
+        ),
+        ({"batch_size": 3}, 2, True, 64, "train.batch_size: 3 does not split across 2 processes"),
+        (
+            {"batch_size": 65},
+            1,
+            True,
+            64,
+            "train.batch_size: 65 is more than the 64 sentences of corpus.txt",
+        ),
+        ({"batch_size": 9}, 1, False, 8, "train.batch_size: 9 is more than the 8 sentences of"),
+        (
+            {"batch_size": 8, "warmup_steps": 8},
+            1,
+            True,
+            64,
+            "train.warmup_steps: 8 is not below the run's 8 steps",
+        ),
+        (
+            {"batch_size": 8, "max_steps": 3, "warmup_steps": 3},
+            1,
+            True,
+            64,
+            "train.warmup_steps: 3 is not below the run's 3 steps",
+        ),
+        (
+            {"batch_size": 8, "device": "cuda:1"},
+            2,
+            True,
+            64,
+            "train.device: 'cuda:1' names one GPU, but 2 processes train",
+        ),
+        (
+            {"batch_size": 8, "precision": "fp16", "fused_adamw": False},
+            1,
+            True,
+            64,
+            "train.fused_adamw: false with train.precision: fp16",
+        ),
     ],
 )
-def test_batch_that_cannot_train_is_refused(
-    batch: int, world: int, contrastive: bool, sentences: int, message: str
+def test_a_run_that_cannot_train_is_refused(
+    train: dict, world: int, contrastive: bool, sentences: int, message: str
 ) -> None:
-    config = TrainConfig(batch_size=batch)
     with pytest.raises(ConfigError, match=f"^{message}"):
-        check_batches(config, sentences, "corpus.txt", contrastive, world)
+        check_run(TrainConfig(**train), sentences, "corpus.txt", contrastive, world)
 
 
 def test_batch_of_one_is_fine_without_in_batch_negatives() -> None:
     """PaSeR alone reconstructs phrases: no negatives, so a batch of 1 trains."""
-    check_batches(TrainConfig(batch_size=1), 10, "corpus.txt", False, 1)
+    check_run(TrainConfig(batch_size=1), 10, "corpus.txt", False, 1)
 
 
 def test_batch_of_one_is_refused_before_training(tiny_model_dir: Path, tmp_path: Path) -> None:
@@ -453,30 +492,41 @@ def test_a_diverged_iscse_run_names_the_alpha_its_schedule_uses(
 
 
 @pytest.mark.parametrize(
-    ("device", "visible", "shown", "reads"),
+    ("device", "visible", "shown"),
     [
-        ("cuda:1", None, "1", "cuda"),
-        ("cuda:1", "2,3", "3", "cuda"),
-        ("auto", "5,6", "5", "auto"),
-        ("cuda", None, "0", "cuda"),
-        ("cpu", "0,1", "0,1", "cpu"),
-        ("cuda:3", "0,1", "0,1", "cuda:3"),  # no such GPU: pick_device names the ones there are
+        ("cuda:1", None, "1"),
+        ("cuda:1", "2,3", "3"),
+        ("auto", "5,6", "5"),
+        ("cuda", None, "0"),
+        ("cpu", "0,1", "0,1"),
+        ("cuda:3", "0,1", "0,1"),  # no such GPU: pick_device names the ones there are
     ],
 )
 def test_a_process_training_alone_sees_one_gpu(
-    monkeypatch: pytest.MonkeyPatch, device: str, visible: str | None, shown: str, reads: str
+    monkeypatch: pytest.MonkeyPatch, device: str, visible: str | None, shown: str
 ) -> None:
     """Alone, the trainer takes the first GPU it sees and splits batches across several
-    (DataParallel): the stage shows it only the one `train.device` names, before CUDA starts."""
+    (DataParallel): the stage shows it only the one `train.device` names, before CUDA starts,
+    and `pick_device` then reads that `cuda:N` as the one GPU left."""
     monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv(ONE_GPU, raising=False)
     if visible is None:
         monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     else:
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
-    params = {"train": {"device": device}}
-    one_gpu(params)
+    one_gpu({"train": {"device": device}})
     assert os.environ.get("CUDA_VISIBLE_DEVICES") == shown
-    assert params["train"]["device"] == reads
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    if os.environ.get(ONE_GPU) == device and device.startswith("cuda:"):
+        assert pick_device(device, 0) == torch.device("cuda", 0)
+
+
+def test_a_gpu_hidden_by_cuda_visible_devices_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    with pytest.raises(ConfigError, match=r"sees no CUDA device on this machine \(CUDA_VISIBLE"):
+        pick_device("cuda:3", 0)
 
 
 def test_processes_under_torchrun_keep_their_gpus(monkeypatch: pytest.MonkeyPatch) -> None:

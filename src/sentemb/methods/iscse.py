@@ -159,7 +159,10 @@ def spherical_kmeans(
     for _ in range(iterations):
         assignments = (x @ centers.transpose(0, 1)).argmax(dim=1)
         sums = torch.zeros_like(centers).index_add_(0, assignments, x)
-        counts = torch.bincount(assignments, minlength=num_clusters)
+        ones = torch.ones_like(assignments, dtype=x.dtype)  # not bincount: it reads the device
+        counts = torch.zeros(num_clusters, dtype=x.dtype, device=x.device).index_add_(
+            0, assignments, ones
+        )
         centers = torch.where((counts > 0).unsqueeze(1), normalize(sums), centers)
     assignments = (x @ centers.transpose(0, 1)).argmax(dim=1)
     return KMeansResult(centers, assignments)

@@ -435,7 +435,7 @@ def global_count(count: int, device: torch.device) -> tuple[Tensor | int, int]:
     get is the gradient of the global batch's mean, whatever each process holds."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return count, 1
-    total = torch.tensor(float(count), device=device)
+    total = torch.full((), float(count), device=device)  # filled there: no copy to wait on
     dist.all_reduce(total)
     return total, dist.get_world_size()
 

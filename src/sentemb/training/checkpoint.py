@@ -144,8 +144,8 @@ def checkpoints_of(run_dir: Path) -> list[Path]:
 
 
 def latest_checkpoint(run_dir: Path, tidy: bool = True) -> Path | None:
-    """The run's newest complete checkpoint (its `STATE_FILE`, written last, is there), its
-    files checked (`verify`); with `tidy` (the one process that holds the folder) newer,
+    """The run's newest complete checkpoint (its `STATE_FILE`, written last, is there). With
+    `tidy` (the one process that holds the folder), its files are checked (`verify`) and newer,
     incomplete ones (a run killed while writing) are removed."""
     folders = checkpoints_of(run_dir)
     complete = [f for f in folders if (f / STATE_FILE).is_file()]
@@ -153,8 +153,8 @@ def latest_checkpoint(run_dir: Path, tidy: bool = True) -> Path | None:
     if tidy:
         for folder in folders[folders.index(last) + 1 :] if last is not None else folders:
             shutil.rmtree(folder)
-    if last is not None:
-        verify(last)
+        if last is not None:
+            verify(last)
     return last
 
 
@@ -170,8 +170,9 @@ def verify(folder: Path) -> None:
             load_file(path)
         with safe_globals():
             for path in sorted(folder.glob("*.pt")) + sorted(folder.glob("*.pth")):
-                torch.load(path, weights_only=True)
-        json.loads((folder / STATE_FILE).read_text())
+                torch.load(path, map_location="cpu", weights_only=True)
+        for path in sorted(folder.rglob("*.json")):  # the trainer's state, the model's config
+            json.loads(path.read_text())
     except (OSError, RuntimeError, ValueError, pickle.UnpicklingError, SafetensorError) as err:
         raise CheckpointError(
             f"{folder}: checkpoint damaged or unsafe to load ({type(err).__name__}: {err}); "

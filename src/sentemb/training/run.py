@@ -50,12 +50,13 @@ from sentemb.training.config import TrainConfig
 from sentemb.training.data import Collator, training_dataset
 from sentemb.training.modelcard import CardInfo, write_model_card
 from sentemb.training.trainer import (
+    ONE_GPU,
     DevScore,
     RunCallback,
     RunHooks,
     Trainer,
     TrainResult,
-    check_batches,
+    check_run,
     pick_device,
 )
 
@@ -156,7 +157,7 @@ class TrainingJob:
         same key resumes from its last complete checkpoint, and one with another key starts
         afresh saying which part differs; removed on success. One process holds the folder."""
         rank, world = process_rank(), process_count()
-        check_batches(self.config, len(self.sentences), self.corpus, self.loss.contrastive, world)
+        check_run(self.config, len(self.sentences), self.corpus, self.loss.contrastive, world)
         if world > 1 and rank == 0:
             share = self.config.batch_size // world
             log.info("%d processes, %d sentences of each batch apiece", world, share)
@@ -300,13 +301,9 @@ def build_trainer(
     compiled = cuda if config.compile == "auto" else config.compile
     workers = min(4, (os.cpu_count() or 1) // world) if config.workers == "auto" and cuda else 0
     workers = workers if config.workers == "auto" else config.workers
-    steps = config.max_steps or config.epochs * (len(job.sentences) // config.batch_size)
-    if config.warmup_steps >= steps:
-        raise ConfigError(
-            f"train.warmup_steps: {config.warmup_steps} is not below the run's {steps} steps: "
-            "the learning rate would never reach train.learning_rate; lower it"
-        )
-    job.loss.total_steps = steps
+    job.loss.total_steps = config.max_steps or config.epochs * (
+        len(job.sentences) // config.batch_size
+    )
     pooler_layer = getattr(job.model[0].auto_model, "pooler", None)
     if pooler_layer is not None and not POOLERS[config.pooler].dense:
         pooler_layer.requires_grad_(
@@ -412,6 +409,8 @@ def prepare(spec: str, seed: int, params: Mapping[str, Any], data: Path) -> Trai
         if config.corpus == "wiki"
         else f"the STS sets under {data} (train.corpus: sts)"
     )
+    contrastive = any(METHODS[name].cls.contrastive for name in names)
+    check_run(config, len(sentences), corpus, contrastive, process_count())
     hashes = {"corpus": lines_hash(sentences), "dev": files_hash(dev_files(data, config.selection))}
     phrases = None
     if "paser" in names:
@@ -500,20 +499,19 @@ def paser_phrases(
 def one_gpu(params: dict[str, Any]) -> None:
     """Show a process that trains alone only the GPU `train.device` names (`cuda:N`; `auto` and
     `cuda`: the first), before torch starts CUDA: the trainer trains on the first GPU it sees
-    and, seeing several, would split each batch across them (DataParallel). `train.device`
-    then reads `cuda` (params, in memory). Under torchrun every process sees its own GPU."""
-    train = params.setdefault("train", {}) or {}
-    name = str(train.get("device", "auto"))
+    and, seeing several, would split each batch across them (DataParallel). `pick_device`
+    then reads that `cuda:N` as the one GPU left (`ONE_GPU`). Under torchrun every process
+    sees every GPU and takes its own."""
+    name = str((params.get("train") or {}).get("device", "auto"))
     if name == "cpu" or "WORLD_SIZE" in os.environ:
         return
-    index = int(name.split(":")[1]) if name.startswith("cuda:") and name[5:].isdigit() else 0
+    index = int(name[5:]) if name.startswith("cuda:") and name[5:].isdigit() else 0
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     ids = [v for v in visible.split(",") if v] if visible is not None else None
     if ids is not None and index >= len(ids):
         return  # pick_device names the devices there are
     os.environ["CUDA_VISIBLE_DEVICES"] = ids[index] if ids is not None else str(index)
-    if name.startswith("cuda:"):
-        train["device"] = "cuda"
+    os.environ[ONE_GPU] = name
 
 
 def torchrun_command(nproc: int, argv: Sequence[str]) -> list[str]:

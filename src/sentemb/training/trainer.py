@@ -10,11 +10,12 @@ callback:
   their gradients (the model's are DDP's), in one collective; it notes on the device whether
   the loss or the gradient norm is non-finite, and fused AdamW then skips that step on the
   device (`found_inf`, as a gradient scaler does), so no update comes from a non-finite
-  gradient and nothing waits for the GPU;
+  gradient and nothing waits for the GPU (with `train.fused_adamw: false` the flag is read at
+  every step instead);
 - `RunCallback` scores the untrained model first, stops a diverged run (`DivergenceError`, read
   where a step is logged, scored or checkpointed), keeps the best model by dev score, writes
-  checkpoints by wall time with the loss's state beside the trainer's, and logs each logged
-  step with the time left.
+  checkpoints by wall time (decided at logged steps, by rank 0) with the loss's state beside
+  the trainer's, and logs each logged step with the time left.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -32,7 +34,7 @@ import torch
 import torch.distributed as dist
 from sentence_transformers import SentenceTransformerTrainer
 from sentence_transformers.base.evaluation import BaseEvaluator
-from transformers import TrainerCallback
+from transformers import TrainerCallback, set_seed
 
 from sentemb.config import ConfigError, UserError
 from sentemb.evaluation.base import UnusableVectors
@@ -68,12 +70,15 @@ class TrainResult:
     warnings: list[str] = field(default_factory=list)
 
 
-def check_batches(
+def check_run(
     config: TrainConfig, sentences: int, corpus: str, contrastive: bool, world: int
 ) -> None:
-    """Refuse a batch the run cannot train with, naming `train.batch_size`: one that does not
-    split across the processes, one with no in-batch negative (InfoNCE over a single candidate
-    is 0 whatever the model, so nothing would be learnt), or one larger than the corpus."""
+    """Refuse a run that cannot train, naming the param: a batch that does not split across the
+    processes, one with no in-batch negative (InfoNCE over a single candidate is 0 whatever the
+    model, so nothing would be learnt), one larger than the corpus; a warm-up as long as the
+    run; one GPU named for several processes; fp16 with an unfused AdamW (the gradient scaler
+    skips an overflowing step without calling it, and the loss's own gradients would then add
+    up)."""
     size = config.batch_size
     if size % world:
         raise ConfigError(
@@ -91,21 +96,46 @@ def check_batches(
             f"train.batch_size: {size} is more than the {sentences} sentences of {corpus}; "
             "lower it or train on a larger corpus (data.corpus_size)"
         )
+    steps = config.max_steps or config.epochs * (sentences // size)
+    if config.warmup_steps >= steps:
+        raise ConfigError(
+            f"train.warmup_steps: {config.warmup_steps} is not below the run's {steps} steps: "
+            "the learning rate would never reach train.learning_rate; lower it"
+        )
+    if world > 1 and ":" in config.device:
+        raise ConfigError(
+            f"train.device: {config.device!r} names one GPU, but {world} processes train, each "
+            "on its own; use cuda or auto"
+        )
+    if config.precision == "fp16" and not config.fused_adamw:
+        raise ConfigError(
+            "train.fused_adamw: false with train.precision: fp16: the gradient scaler skips an "
+            "overflowing step without the optimizer, and the loss's own gradients would add up "
+            "over the skipped steps; use fused_adamw: true"
+        )
+
+
+ONE_GPU = "SENTEMB_ONE_GPU"  # set by `run.one_gpu` to the `train.device` whose GPU it left visible
 
 
 def pick_device(name: str, rank: int) -> torch.device:
-    """The device `train.device` names for process `rank`; one this machine lacks is an error."""
+    """The device `train.device` names for process `rank`; one this machine lacks is an error.
+    A `cuda:N` that `run.one_gpu` left as the one visible GPU is that GPU, `cuda:0`."""
     if name == "cpu" or (name == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if count == 0:
+        shown = f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else ""
         raise ConfigError(
             f"train.device: {name!r}, but torch {torch.__version__} sees no CUDA device on this "
-            "machine; use auto or cpu"
+            f"machine{shown}; use auto or cpu"
         )
     device = torch.device(name if name != "auto" else "cuda")
     if device.index is None:
         return torch.device("cuda", rank % count)
+    if os.environ.get(ONE_GPU) == name:
+        return torch.device("cuda", 0)
     if device.index >= count:
         raise ConfigError(
             f"train.device: {name!r}, but this machine has {count} CUDA device(s), "
@@ -130,16 +160,17 @@ class Watch:
         self.kind = torch.zeros((), dtype=torch.long, device=device)
         self.value = torch.zeros((), device=device)
 
-    def note(self, step: int, loss: torch.Tensor, norm: torch.Tensor | None) -> torch.Tensor:
-        """Note step `step`'s loss and gradient norm (None: not checked); whether it is bad."""
-        bad_loss = ~torch.isfinite(loss)
-        bad_norm = ~torch.isfinite(norm) if norm is not None else torch.zeros_like(bad_loss)
-        bad = bad_loss | bad_norm
+    def note(
+        self, step: int, loss: torch.Tensor, loss_bad: torch.Tensor, norm: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Note step `step`: its loss, whether a loss of any process is non-finite
+        (`loss_bad`), and its gradient norm (None: not checked); whether the step is bad."""
+        bad_norm = ~torch.isfinite(norm) if norm is not None else torch.zeros_like(loss_bad)
+        bad = loss_bad | bad_norm
         first = bad & (self.step < 0)
         self.step = torch.where(first, step, self.step)
-        kind = torch.where(bad_loss, 1, 2)
-        self.kind = torch.where(first, kind, self.kind)
-        value = torch.where(bad_loss, loss.float(), norm.float() if norm is not None else loss)
+        self.kind = torch.where(first, torch.where(loss_bad, 1, 2), self.kind)
+        value = torch.where(loss_bad, loss.float(), norm.float() if norm is not None else loss)
         self.value = torch.where(first, value, self.value)
         return bad
 
@@ -162,16 +193,18 @@ class Trainer(SentenceTransformerTrainer):
         `max_grad_norm` (inf: no clipping), note a non-finite step: its update is skipped.
         Returns the norm before clipping, as the trainer's own does."""
         params = [p for p in self.loss.parameters() if p.requires_grad]
-        if self.args.world_size > 1:
-            average_own_gradients(self.loss)
+        loss_bad = ~torch.isfinite(self.loss.last)
+        if self.args.world_size > 1:  # every process then skips, or stops, alike
+            loss_bad = average_own_gradients(self.loss, loss_bad)
         self.accelerator.unscale_gradients()
         norm = total_norm([p.grad for p in params if p.grad is not None])
         if math.isfinite(self.args.max_grad_norm):
             torch.nn.utils.clip_grads_with_norm_(params, self.args.max_grad_norm, norm)
+        step = self.state.global_step + 1
         if self.accelerator.scaler is not None:  # fp16: the scaler skips overflowing steps
-            self.watch.note(self.state.global_step + 1, self.loss.last, None)
+            self.watch.note(step, self.loss.last, loss_bad, None)
             return norm
-        bad = self.watch.note(self.state.global_step + 1, self.loss.last, norm)
+        bad = self.watch.note(step, self.loss.last, loss_bad, norm)
         optimizer = self.optimizer.optimizer
         if is_fused(optimizer):  # skips the step on the device where `bad` is true
             optimizer.found_inf = bad.float()
@@ -203,22 +236,21 @@ def is_fused(optimizer: torch.optim.Optimizer) -> bool:
     return supports and all(group.get("fused") for group in optimizer.param_groups)
 
 
-def average_own_gradients(loss: MethodLoss) -> None:
+def average_own_gradients(loss: MethodLoss, loss_bad: torch.Tensor) -> torch.Tensor:
     """Average across processes the gradients of the loss's own trainable modules (the head,
-    PaSeR's decoder), which DDP, wrapping the model alone, leaves to each process: one
-    all-reduce of them flattened; a module a process did not reach adds zeros, so every
-    process runs the same collective."""
+    PaSeR's decoder), which DDP, wrapping the model alone, leaves to each process, and
+    whether any process's loss is non-finite (PaSeR's differ by process): one all-reduce of
+    them flattened; a module a process did not reach adds zeros, so every process runs the
+    same collective. Returns the flag of every process."""
     own = loss.own_parameters()
-    if not own:
-        return
-    flat = torch.cat(
-        [(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in own]
-    )
-    dist.all_reduce(flat, op=dist.ReduceOp.AVG)
-    offset = 0
+    grads = [(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in own]
+    flat = torch.cat([*grads, loss_bad.to(loss.last.device, torch.float32).reshape(1)])
+    dist.all_reduce(flat)  # a sum: the gradients are divided by the processes below
+    offset, world = 0, dist.get_world_size()
     for p in own:
-        p.grad = flat[offset : offset + p.numel()].view_as(p).clone()
+        p.grad = (flat[offset : offset + p.numel()] / world).view_as(p)
         offset += p.numel()
+    return flat[-1] > 0
 
 
 class DevScore(BaseEvaluator):
@@ -276,13 +308,12 @@ class RunCallback(TrainerCallback):
             saved = json.loads((self.resume / STATE_FILE).read_text())
             self.result = TrainResult(**saved["result"])
             self.result.resumed_from = self.saved_step = saved["step"]
-            self.trainer.loss.load_state(torch.load(self.resume / LOSS_FILE, weights_only=True))
+            own = torch.load(self.resume / LOSS_FILE, map_location="cpu", weights_only=True)
+            self.trainer.loss.load_state(own)
             log.info("resuming from %s at step %d", self.resume, saved["step"])
         else:
             self.result.initial_dev = self.score(0)
             log.info("step 0: dev %.2f (the untrained model)", self.result.initial_dev)
-            from transformers import set_seed
-
             set_seed(args.seed + self.rank)  # a different dropout stream on each process
         self.first, self.started, self.last_save = (
             state.global_step,
@@ -302,11 +333,7 @@ class RunCallback(TrainerCallback):
     ) -> None:
         if state.global_step >= state.max_steps:
             control.should_log = True
-        minutes = self.config.checkpoint_minutes
-        if (
-            time.monotonic() - self.last_save >= 60 * minutes
-            and state.global_step < state.max_steps
-        ):
+        if state.global_step < state.max_steps and self.checkpoint_due(control):
             control.should_save = True
         if control.should_log or control.should_evaluate or control.should_save:
             self.raise_if_diverged()
@@ -322,6 +349,21 @@ class RunCallback(TrainerCallback):
             if step == 0:  # the untrained model: not a divergence (the error names it)
                 raise
             raise self.diverged(step, f"the dev set cannot be scored: {err}") from err
+
+    def checkpoint_due(self, control: TrainerControl) -> bool:
+        """Whether `train.checkpoint_minutes` of wall time passed since the last checkpoint:
+        every step with 0, else at a logged step, by rank 0's clock, which every process
+        follows (a save is collective: processes deciding apart would wait on each other)."""
+        minutes = self.config.checkpoint_minutes
+        if minutes == 0:
+            return True
+        if not control.should_log:
+            return False
+        due = torch.tensor(int(time.monotonic() - self.last_save >= 60 * minutes))
+        if self.trainer.args.world_size > 1:
+            due = due.to(self.trainer.args.device)
+            dist.broadcast(due, src=0)
+        return bool(due)
 
     def raise_if_diverged(self) -> None:
         problem = self.trainer.watch.problem()
