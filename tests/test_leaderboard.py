@@ -695,3 +695,23 @@ def test_a_row_says_the_precision_its_seeds_trained_in(autocasts: list[str], sho
     for files, autocast in zip(experiment.files, autocasts, strict=True):
         files["train"]["autocast"] = autocast
     assert leaderboard_module.trained_on(experiment) == f"wiki, 100 sentences, {shown}"
+
+
+@pytest.mark.parametrize(
+    ("mine", "reference", "expected"),
+    [
+        ({"method": "dclr", "train.seed": 1}, {"method": "simcse", "train.seed": 1}, {}),
+        ({"train.lr": 2e-5}, {"train.lr": 3e-5}, {"train.lr": 2e-5}),
+        ({"train.lr": None}, {"train.lr": 3e-5}, {"train.lr": None}),
+        ({"train.checkpoint_steps": 50}, {"train.checkpoint_minutes": 2.0}, {}),
+        ({"a": 1, "b": [1]}, {"a": 1, "b": [1, 2], "c": 3}, {"b": [1]}),
+    ],
+    ids=["method", "value", "null", "renamed", "added"],
+)
+def test_only_params_both_revisions_have_name_a_run(
+    mine: dict[str, object], reference: dict[str, object], expected: dict[str, object]
+) -> None:
+    """A param added, removed or renamed between two revisions is not a choice of the run:
+    it would make the default run of older code a variant whose rerun command today's params
+    refuse (`-S train.checkpoint_steps=50`)."""
+    assert leaderboard_module.differing(mine, reference) == expected

@@ -187,11 +187,14 @@ def candidates(repo: Path, commits: set[str]) -> tuple[list[Candidate], set[str]
 
 
 def differing(mine: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:
-    """The params (dotted keys) whose value differs from `reference`'s, but `method`."""
+    """The params (dotted keys) whose value differs from `reference`'s, but `method`. A key
+    only one side has is a param added or removed between the two revisions (their stage code
+    differs, so the run is stale anyway), not a choice of the run: it neither names the run nor
+    goes into its rerun command, which today's params would refuse."""
     return {
-        key: mine.get(key)
-        for key in sorted(set(mine) | set(reference))
-        if key != "method" and mine.get(key) != reference.get(key)
+        key: mine[key]
+        for key in sorted(set(mine) & set(reference))
+        if key != "method" and mine[key] != reference[key]
     }
 
 
