@@ -10,7 +10,7 @@ The papers' setting: a BERT-base-shaped model (`BertConfig`'s defaults: 12 layer
 vocabulary), batch 64, max length 32, bf16 autocast, the mirror's Wikipedia head cycled to
 `--corpus-size` sentences (SimCSE's wiki1m: 1,000,000). Measured in one run, on one GPU:
 
-* peak: the best of bf16 matmuls of 8192 x 8192 (TFLOP/s), the denominator of MFU;
+* peak: the best of bf16 matmuls of 8192 x 8192 (TFLOP/s; fp32 under `--smoke`), MFU's denominator;
 * tokenize: the corpus tokenized once, as the train stage does (`training.data`);
 * floor: `train_step.floor_step` on one pre-tokenized batch (InfoNCE inline, fused AdamW, no
   checks), eager and compiled (inductor); its FLOPs per step (forward and backward) over time
@@ -92,10 +92,10 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
-def matmul_peak(device: str, size: int = 8192, repeats: int = 20) -> float:
-    """The device's bf16 matmul rate, TFLOP/s: the best of `repeats` products of two
-    `size` x `size` matrices."""
-    a, b = (torch.randn(size, size, device=device, dtype=torch.bfloat16) for _ in range(2))
+def matmul_peak(device: str, dtype: torch.dtype, size: int = 8192, repeats: int = 20) -> float:
+    """The device's matmul rate in `dtype` (the steps'), TFLOP/s: the best of `repeats`
+    products of two `size` x `size` matrices."""
+    a, b = (torch.randn(size, size, device=device, dtype=dtype) for _ in range(2))
     best = math.inf
     for _ in range(repeats):
         sync()
@@ -243,6 +243,7 @@ def main() -> None:
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine(),
         "device": torch.cuda.get_device_name() if device == "cuda" else "cpu (--smoke)",
+        "precision": precision,
         "devices": torch.cuda.device_count(),
         "cuda": torch.version.cuda,
         "torch": torch.__version__,
@@ -260,7 +261,11 @@ def main() -> None:
         if args.shape == "bert-base":
             model = random_bert_base(model, Path(folder) / "bert-base")
             params["model"] = {**params.get("model", {}), "name_or_path": model}
-        report["peak_tflops"] = matmul_peak(device, 8192 if device == "cuda" else 512)
+        report["peak_tflops"] = matmul_peak(
+            device,
+            torch.bfloat16 if precision == "bf16" else torch.float32,
+            8192 if device == "cuda" else 512,
+        )
         sentences = cycled(CORPUS, args.corpus_size)
         tokenizer = Encoder.from_pretrained(model).tokenizer
         started = time.perf_counter()
@@ -336,7 +341,8 @@ def table(report: dict[str, Any]) -> str:
             f"| {row['vs_sentence_transformers']:.2f} | {100 * row['mfu']:.0f}% | {memory:.1f} |"
         )
     epoch = report.get("epoch")
-    tail = f"\n\n{report['device']}, bf16, peak {report['peak_tflops']:.0f} TFLOP/s"
+    precision = report.get("precision", "bf16")  # not recorded before: always bf16 then
+    tail = f"\n\n{report['device']}, {precision}, peak {report['peak_tflops']:.2f} TFLOP/s"
     if epoch:
         tail += (
             f"; one epoch ({epoch['steps']:,} steps): {epoch['seconds'] / 60:.1f} min, of it "
