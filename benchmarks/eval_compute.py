@@ -35,7 +35,7 @@ from transformers import AutoConfig, PretrainedConfig
 import sentemb.evaluation.transfer as transfer
 from sentemb.analysis import AnalysisConfig, analyze
 from sentemb.config import load_params, section
-from sentemb.data.readers import training_corpus
+from sentemb.data.readers import read_corpus
 from sentemb.encoder import Encoder, EncoderOutput
 from sentemb.evaluate import evaluate_model
 from sentemb.evaluation.base import Evaluator
@@ -47,6 +47,7 @@ from sentemb.training.config import TrainConfig
 from sentemb.training.run import dev_scorer
 
 ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "data/corpus.txt"  # the corpus stage's
 TRAIN_STEPS = "train: steps"
 
 
@@ -149,9 +150,8 @@ def count_evaluation(counted: Counted, params: dict, data: Path, run: str) -> No
     """Stages refine, evaluate and analyze of `run`, as the pipeline runs them."""
     model = str(ROOT / "models" / run)
     with counted.under("refine"):
-        corpus = section(params, "train", TrainConfig).corpus
         english, chinese = model_names(params, model)
-        fit_refinements(params, english, chinese, corpus, data, ROOT / "data/phrases")
+        fit_refinements(params, english, chinese, CORPUS, data, ROOT / "data/phrases")
     evaluate_model(list(SUITES), params, data, model, ROOT / "refined" / run)
     with counted.under("analyze"):
         pooler = section(params, "train", TrainConfig).eval_pooler
@@ -168,11 +168,11 @@ def count_training(counted: Counted, params: dict, data: Path, run: str) -> int:
         encoder = Encoder.from_pretrained(str(ROOT / "models" / run), config.eval_pooler)
         for _ in range(scorings):
             dev(encoder)
-    sentences = list(training_corpus(data, config.corpus))  # what stage train reads
+    sentences = list(read_corpus(CORPUS))  # what stage train reads
     encoder = Encoder.from_pretrained(str(ROOT / "models" / run), config.eval_pooler)
     seed = int(run) if run.isdigit() else params["seeds"][0]
     per_epoch = len(sentences) // config.batch_size
-    steps = config.max_steps or config.epochs * per_epoch
+    steps = config.steps(len(sentences))
     for step in range(steps):
         epoch, index = divmod(step, per_epoch)
         batch = epoch_batches(sentences, config.batch_size, seed, epoch)[index]

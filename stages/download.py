@@ -1,7 +1,7 @@
 """Stage `download`: every dataset from the offline mirror or its public URL, sha256-verified.
 
-Writes `data/raw/` (archive layout, plus `MANIFEST.json` and the capped training corpus
-`corpus/train.txt`) and keeps the sha256 recorded on first download in
+Writes `data/raw/` (archive layout, plus `MANIFEST.json` and the built-in STS corpus
+`corpus/sts.txt`, the STS sets' sentences) and keeps the sha256 recorded on first download in
 `data/checksums.recorded.json`. A dataset that is known to exist (the mirror holds it, an earlier
 download fetched it, or the earlier `data/raw` had it) but cannot be had now is an error, and
 `data/raw` is left as it was; one that only the network has and never had (QQP, AskUbuntu
@@ -50,7 +50,6 @@ def main() -> None:
         counts = {
             "datasets_present": len(manifest["datasets"]),
             "datasets_missing": len(manifest["missing"]),
-            "corpus_sentences": manifest.get("corpus", {}).get("sentences", 0),
         }
         if args.metrics is None:  # the wall time goes to MLflow only
             run.log_metrics({**counts, SECONDS: run.seconds})

@@ -1,6 +1,6 @@
 """Stage `phrases`: RAKE phrases and TF-IDF keywords of every training sentence.
 
-Reads the training corpus chosen by `train.corpus` (`wiki` or `sts`), streams it through every
+Reads the training corpus (`data/corpus.txt`, the corpus stage's), streams it through every
 core and writes `data/phrases/rake.jsonl` and `data/phrases/keywords.jsonl` (line i = sentence i)
 plus `metrics/phrases.json` (counts and the stage's `seconds`; the throughput goes to MLflow
 and `benchmarks/`).
@@ -13,11 +13,10 @@ import logging
 from sentemb.cli import Parser, run_stage
 from sentemb.config import load_params, section
 from sentemb.data.download import DataConfig, use_nltk_data
-from sentemb.data.readers import training_corpus
+from sentemb.data.readers import read_corpus
 from sentemb.io import check_output
 from sentemb.phrases import PhrasesConfig, extract
 from sentemb.tracking import SECONDS, mlflow_run
-from sentemb.training.config import TrainConfig
 
 log = logging.getLogger("phrases")
 
@@ -25,7 +24,7 @@ log = logging.getLogger("phrases")
 def parser() -> Parser:
     parser = Parser(__doc__)
     parser.input("--params", default="params.yaml", folder=False)
-    parser.input("--data", default="data/raw", folder=True)
+    parser.input("--corpus", default="data/corpus.txt", folder=False)
     parser.output("--out", default="data/phrases")
     parser.output("--metrics", default="metrics/phrases.json")
     return parser
@@ -38,12 +37,10 @@ def main() -> None:
     params = load_params(args.params)
     use_nltk_data(section(params, "data", DataConfig), args.params)
     config = section(params, "phrases", PhrasesConfig)
-    corpus_name = section(params, "train", TrainConfig).corpus
-    total = sum(1 for _ in training_corpus(args.data, corpus_name))
-    run_params = {"phrases": params.get("phrases", {}), "corpus": corpus_name}
-    with mlflow_run("phrases", run_params) as run:
-        stats = extract(lambda: training_corpus(args.data, corpus_name), total, config, args.out)
-        written = run.write_metrics(args.metrics, {"corpus": corpus_name, **stats})
+    total = sum(1 for _ in read_corpus(args.corpus))
+    with mlflow_run("phrases", {"phrases": params.get("phrases", {})}) as run:
+        stats = extract(lambda: read_corpus(args.corpus), total, config, args.out)
+        written = run.write_metrics(args.metrics, stats)
         run.log_metrics({"sentences_per_second": total / max(written[SECONDS], 0.1)})
     log.info(
         "%d sentences in %.0f s, %d with phrases", total, written[SECONDS], stats["with_phrases"]

@@ -30,7 +30,6 @@ from sentemb.refine.store import save_refinement
 from sentemb.registry import REFINEMENTS
 from sentemb.report.plots import dev_curve, save
 from sentemb.tracking import mlflow_run
-from sentemb.training.config import TrainConfig
 
 log = logging.getLogger("refine")
 FIGURES = [name for entry in REFINEMENTS.values() for name in entry.cls.figures]
@@ -43,6 +42,7 @@ def parser() -> Parser:
     parser.output("--metrics", required=True)
     parser.outputs("--plots", required=True, help="folder for the figures")
     parser.input("--data", default="data/raw", folder=True)
+    parser.input("--corpus", default="data/corpus.txt", folder=False, always=False)  # fit_on
     parser.input("--phrases", default="data/phrases", folder=True, always=False)  # RepAL's IDF
     parser.input("--params", default="params.yaml", folder=False)
     return parser
@@ -57,10 +57,9 @@ def main() -> None:
     params = load_params(args.params)
     use_nltk_data(section(params, "data", DataConfig), args.params)
     model, chinese_model = model_names(params, args.model)
-    corpus = section(params, "train", TrainConfig).corpus
     run_params = {"model": model, "refine": params.get("refine", {})}
     with mlflow_run("refine", run_params, run_name=f"refine:{model}") as run:
-        fit = fit_refinements(params, model, chinese_model, corpus, args.data, args.phrases)
+        fit = fit_refinements(params, model, chinese_model, args.corpus, args.data, args.phrases)
         save_refinement(args.out, fit.config, fit.fitted, fit.idf, fit.models)
         for curve in fit.curves:
             write_json(args.plots / f"{curve.name}.json", curve.points)

@@ -47,6 +47,7 @@ def parser() -> Parser:
     parser.outputs("--checkpoints", required=True)
     parser.input("--params", default="params.yaml", folder=False)
     parser.input("--data", default="data/raw", folder=True)
+    parser.input("--corpus", default="data/corpus.txt", folder=False)
     return parser
 
 
@@ -65,7 +66,9 @@ def main() -> None:
         torchrun(nproc)
     one_gpu(params)  # alone: the GPU train.device names, no other
     method = args.method or run_plan(params)[0]
-    job = prepare(method, args.seed, params, args.data)  # every input checked: no run yet
+    job = prepare(
+        method, args.seed, params, args.data, args.corpus
+    )  # every input checked: no run yet
     with mlflow_run("train", {}, run_name=f"train:{job.spec}") as run:
         run.log_params(job.run_key)
         result = job.train(args.out, args.checkpoints, on_log=run.log_metrics)

@@ -412,6 +412,7 @@ def test_unknown_eval_section_is_refused(tmp_path: Path) -> None:
 STAGE_ARGS = {
     "analyze.py": ["--out", "analysis.json"],
     "summary.py": [],
+    "corpus.py": [],
     "download.py": [],
     "evaluate.py": ["--suites", "sts", "--out-dir", "out"],
     "phrases.py": [],

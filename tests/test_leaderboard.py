@@ -694,7 +694,10 @@ def test_a_row_says_the_precision_its_seeds_trained_in(autocasts: list[str], sho
     experiment = fake_experiment("simcse", [1, 2], 1)
     for files, autocast in zip(experiment.files, autocasts, strict=True):
         files["train"]["autocast"] = autocast
-    assert leaderboard_module.trained_on(experiment) == f"wiki, 100 sentences, {shown}"
+    assert (
+        leaderboard_module.trained_on(experiment)
+        == f"wiki1m_for_simcse.txt, 100 sentences, {shown}"
+    )
 
 
 @pytest.mark.parametrize(

@@ -222,7 +222,7 @@ def recorded(
 
 
 def row_label(method: str, params: dict[str, Any]) -> str:
-    """The method, with the params that differ (`paser (train.corpus=sts)`)."""
+    """The method, with the params that differ (`paser (train.max_length=64)`)."""
     extra = ", ".join(f"{k}={v}" for k, v in params.items())
     return f"{method} ({extra})" if extra else method
 
@@ -238,8 +238,9 @@ def scores(experiment: Experiment) -> dict[str, dict[str, float]]:
 
 def trained_on(experiment: Experiment) -> str:
     """The corpus the run trained on and the autocast its seeds trained under, as train.json
-    records it (another CPU may resolve `auto` to another one): `wiki, 11,915 sentences, fp32`."""
-    corpus = section(experiment.params, "train", TrainConfig).corpus
+    records it (another CPU may resolve `auto` to another one): `wiki1m_for_simcse.txt, 11,915
+    sentences, fp32`."""
+    corpus = Path(section(experiment.params, "train", TrainConfig).corpus).name
     sentences = experiment.files[0]["train"]["sentences"]
     return f"{corpus}, {sentences:,} sentences, {experiment.autocast}"
 

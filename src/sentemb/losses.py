@@ -47,6 +47,11 @@ if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
 
+def contrastive(names: Iterable[str]) -> bool:
+    """Whether a spec of these method names trains with SimCSE's InfoNCE (and its head)."""
+    return any(METHODS[name].cls.contrastive for name in names)
+
+
 class MLPHead(nn.Module):
     """SimCSE's training-only head: dense + tanh over the pooled vector."""
 
@@ -83,11 +88,10 @@ class MethodLoss(nn.Module):
         names = parse_spec(spec)
         self.spec, self.model, self.total_steps = "+".join(names), model, total_steps
         self.base = section(params, "simcse", SimCSEConfig)
-        contrastive = any(METHODS[n].cls.contrastive for n in names)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             dim = model.get_embedding_dimension()
-            self.head = MLPHead(dim) if mlp_head and contrastive else nn.Identity()
+            self.head = MLPHead(dim) if mlp_head and contrastive(names) else nn.Identity()
             self.parts = nn.ModuleDict(
                 {n: METHODS[n].cls(section(params, n, METHODS[n].config), model) for n in names}
             )

@@ -12,11 +12,11 @@ from sentemb.data.download import (
     ChecksumMismatch,
     DataUnavailable,
     Fetcher,
-    cap_corpus,
     known_checksums,
     sha256_of,
 )
 from sentemb.data.sources import DATASETS
+from sentemb.training.config import WIKI
 
 
 def fetcher(root: Path, mirror: Path, recorded: dict | None = None) -> Fetcher:
@@ -38,14 +38,12 @@ def test_fetch_from_mirror_verifies_and_copies(tmp_path: Path, mirror: Path) -> 
         assert sha256_of(tmp_path / "raw" / rel) == sha256 == known_checksums()[rel]
 
 
-def test_corpus_head_is_taken_from_mirror_and_capped(tmp_path: Path, mirror: Path) -> None:
+def test_corpus_head_is_taken_from_mirror(tmp_path: Path, mirror: Path) -> None:
     files = fetcher(tmp_path / "raw", mirror).fetch(DATASETS["wiki1m"])
     (rel,) = files
     head = mirror / "corpus" / "wiki1m_for_simcse.head.txt"
     assert (tmp_path / "raw" / rel).read_bytes() == head.read_bytes()
-    count = cap_corpus(tmp_path / "raw" / rel, tmp_path / "train.txt", 1000)
-    assert count == 1000
-    assert len((tmp_path / "train.txt").read_text().splitlines()) == 1000
+    assert f"data/raw/{rel}" == WIKI  # the default train.corpus
 
 
 def test_tampered_mirror_file_is_refused(tmp_path: Path, mirror: Path) -> None:

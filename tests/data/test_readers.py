@@ -166,7 +166,7 @@ def test_chinese_wrong_column_count(tmp_path: Path) -> None:
 
 
 def test_sts_training_corpus_is_every_sts_sentence_once(mirror: Path) -> None:
-    sentences = list(readers.training_corpus(mirror, "sts"))
+    sentences = readers.sts_sentences(mirror)
     assert len(sentences) == len(set(sentences)) == 29469
     sick = readers.read_sick(mirror, "test_annotated")
     stsb = readers.read_stsb(mirror, "train")

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sentemb.data import readers
-from sentemb.data.download import cap_corpus
+from sentemb.data.corpus import CorpusRules, CorpusStats, kept_sentences
 from sentemb.data.sources import SENTEVAL_DIR
 from sentemb.phrases import read_phrase_spans
 
@@ -50,6 +50,7 @@ class Loader:
     y: str = ""
     encoding: str = "utf-8"
     missing: str = "file not found"
+    empty: str = "file is empty"  # what a file of blank lines is
     companions: Callable[[bytes], dict[str, bytes]] = field(default=lambda data: {})
 
     def line(self, s: str = "A man.", y: str | None = None) -> str:
@@ -70,9 +71,8 @@ def sts_inputs(data: bytes) -> dict[str, bytes]:
     return {STS12_INPUT: b"A man.\tA man.\n" * line_count(data)}
 
 
-def capped(root: Path) -> list[str]:
-    cap_corpus(root / WIKI, root / "corpus/train.txt", 100)
-    return (root / "corpus/train.txt").read_text(encoding="utf-8").split("\n")
+def cleaned(root: Path) -> list[str]:
+    return list(kept_sentences(root / WIKI, CorpusRules(size=100), CorpusStats()))
 
 
 ASKUBUNTU_TITLES = {"askubuntu/text_tokenized.txt.gz": b"1\ta title\n2\tanother\n"}
@@ -179,7 +179,14 @@ LOADERS: dict[str, Loader] = {
         "{s}",
         SKIPPED,
     ),
-    "corpus-cap": Loader(WIKI, "A sentence.", capped, "{s}", SKIPPED),
+    "corpus-stage": Loader(
+        WIKI,
+        "A sentence.",
+        cleaned,
+        "{s}",
+        SKIPPED,
+        empty="no usable sentence (2 texts read, every one blank)",
+    ),
     "rake": Loader(
         "phrases/rake.jsonl",
         '["a dog sat", [["dog sat", 4.0, 2, 9]]]',
@@ -249,12 +256,12 @@ def test_malformed_line_is_read_or_one_named_error(name: str, line: str, raw: by
 
 
 @pytest.mark.parametrize("name", sorted(LOADERS))
-@pytest.mark.parametrize(("data", "message"), [(None, "missing"), (b"\n \n", "file is empty")])
-def test_missing_or_empty_file_is_named(name: str, data: bytes | None, message: str) -> None:
+@pytest.mark.parametrize("data", [None, b"\n \n"])
+def test_missing_or_empty_file_is_named(name: str, data: bytes | None) -> None:
     loader = LOADERS[name]
     companions = loader.companions(f"{loader.first}\n".encode())
     files = companions if data is None else {loader.path: data, **companions}
-    message = loader.missing if data is None else message
+    message = loader.missing if data is None else loader.empty
     assert load(name, files) == (None, f"ROOT/{loader.path}: {message}")
 
 

@@ -67,19 +67,19 @@ def test_push_then_pull_in_fresh_clone(tmp_path: Path, mirror: Path) -> None:
     params = read_yaml(first / "params.yaml")
     params["data"].update(mirror=str(mirror), corpus_size=200, datasets=["wiki1m", "STS13"])
     (first / "params.yaml").write_text(yaml.safe_dump(params))
-    run([*DVC, "repro", "--single-item", "download"], first, env)
+    run([*DVC, "repro", "corpus"], first, env)
     run([*DVC, "remote", "add", "-d", "store", str(remote)], first, env)
     run([*DVC, "push"], first, env)
     run(["git", "add", "-A"], first, env)
     run(["git", "commit", "-qm", "data"], first, env)
     run(["git", "clone", "-q", str(first), str(second)], tmp_path, env)
-    run([*DVC, "pull", "download"], second, env)
-    corpus = (second / "data/raw/corpus/train.txt").read_text().splitlines()
+    run([*DVC, "pull", "download", "corpus"], second, env)
+    corpus = (second / "data/corpus.txt").read_text().splitlines()
     assert len(corpus) == 200
     assert (second / "data/raw/MANIFEST.json").read_bytes() == (
         first / "data/raw/MANIFEST.json"
     ).read_bytes()
-    status = run([*DVC, "status", "download"], second, env)
+    status = run([*DVC, "status", "corpus"], second, env)
     assert "changed" not in status and "deleted" not in status
 
 
@@ -251,6 +251,8 @@ def fake_pipeline(folder: Path, env: dict[str, str]) -> None:
         stage["deps"] = ["fake.py", *(d for d in stage["deps"] if not d.startswith(code))]
     params = read_yaml(REPO / "params.yaml")
     params.update(method="simcse", seeds=[1])
+    params["train"]["corpus"] = "corpus.txt"  # a user's corpus: the fake download writes none
+    (folder / "corpus.txt").write_text("A sentence.\n")
     run(["git", "init", "-q"], folder, env)
     run([*DVC, "init", "-q"], folder, env)
     (folder / "dvc.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
@@ -421,6 +423,27 @@ def test_switching_the_method_back_recomputes_nothing(tmp_path: Path) -> None:
     assert {p: p.read_bytes() for p in (repo / "metrics").rglob("*.json")} == committed
 
 
+@pytest.mark.slow
+def test_the_corpus_file_is_a_dependency(tmp_path: Path) -> None:
+    """DVC hashes the file `train.corpus` names: one changed byte reruns stage `corpus` and
+    nothing else while what it keeps is the same (the fake writes the same output). `dvc exp
+    run -S train.corpus=<another file>` runs it on that file first (then the stages whose
+    params, `train`, name the corpus)."""
+    env = {**dvc_env(tmp_path), "FAKE_RUN": "committed"}
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    fake_pipeline(repo, env)
+    env["FAKE_LOG"] = str(tmp_path / "ran.log")
+    (repo / "corpus.txt").write_text("A sentence!\n")
+    assert "corpus" in run([*DVC, "status"], repo, env)
+    run([*DVC, "repro"], repo, env)
+    (repo / "mine.jsonl").write_text('{"text": "Mine."}\n')
+    run([*DVC, "exp", "run", "-S", "train.corpus=mine.jsonl"], repo, env)
+    ran = (tmp_path / "ran.log").read_text().splitlines()
+    assert ran[:2] == ["data/corpus.txt metrics/corpus.json"] * 2
+    assert "mine.jsonl" in (repo / "dvc.lock").read_text()
+
+
 def resolved(folder: Path, method: str) -> tuple[list[str], list[str], list[str]]:
     """The metrics paths, plots paths and commands DVC resolves from this dvc.yaml with
     `method` in params.yaml."""
@@ -448,7 +471,7 @@ def test_no_path_or_command_depends_on_the_method(tmp_path: Path, method: str) -
     spec `parse_spec` accepts (spaces too) runs as the stages read it from params.yaml."""
     simcse = resolved(tmp_path / "simcse", "simcse")
     assert resolved(tmp_path / "other", method) == simcse
-    assert simcse[0] == ["metrics/summary.json"]  # the headline, alone
+    assert simcse[0] == ["metrics/corpus.json", "metrics/summary.json"]  # the card, the headline
 
 
 UNREACHABLE_REMOTES = [

@@ -66,6 +66,9 @@ class DummyEvaluator(Evaluator):
         super().__init__(root, batch_size)
         self.config = config or DummyConfig()
 
+    def test_sentences(self):
+        return set(read_stsb(self.root, "dev").first[: self.config.sentences])
+
     def score(self, encoders):
         sentences = list(read_stsb(self.root, "dev").first[: self.config.sentences])
         vectors = encoders[ENGLISH].encode(sentences, self.batch_size)
@@ -132,9 +135,10 @@ from sentemb.training.run import prepare
 POOLERS["first_layer"] = Pooler(masked_mean, layers=(1,))
 assert sentemb.__file__.startswith(sys.argv[4]), sentemb.__file__
 params, data, out = load_params(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
-prepare("simcse+dummy", 42, params, data).train(out / "model", out / "checkpoints")
+corpus = data / "corpus/wiki1m_for_simcse.head.txt"
+prepare("simcse+dummy", 42, params, data, corpus).train(out / "model", out / "checkpoints")
 model = str(out / "model")
-fit = fit_refinements(params, model, model, "sts", data, out / "phrases")
+fit = fit_refinements(params, model, model, corpus, data, out / "phrases")
 save_refinement(out / "refined", fit.config, fit.fitted, fit.idf, fit.models)
 results = evaluate_model(["sts", "dummy"], params, data, model, out / "refined")
 print(json.dumps({suite: result.metrics for suite, result in results.items()}))
@@ -156,7 +160,7 @@ def test_a_dummy_of_each_kind_runs_through_the_stage_code(
     params["data"] |= {"mirror": str(mirror)}
     params["model"] |= {"name_or_path": str(tiny_model_dir), "pooler": "first_layer"}
     params["train"] |= {"batch_size": 8, "max_steps": 2, "eval_steps": 2, "checkpoint_minutes": 0.0}
-    params["train"] |= {"pooler": "first_layer", "eval_pooler": "first_layer", "corpus": "sts"}
+    params["train"] |= {"pooler": "first_layer", "eval_pooler": "first_layer"}
     params["dummy"] = {"weight": 0.25}  # the new method's section
     params["refine"] |= {"methods": ["dummy"], "fit_on": "eval", "suites": ["sts", "dummy"]}
     params["refine"] |= {"valid_pairs": 50, "dummy": {"scale": 1.0}}

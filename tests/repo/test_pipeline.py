@@ -182,7 +182,7 @@ def test_repro_runs_chain_by_chain() -> None:
     assert len(plan) == len(set(plan)) == len(stages()) - 4 + 4 * len(runs)  # 4 per seed
     first, second = runs[0], runs[1]
     chain = [f"train@{first}", f"refine@{first}", f"evaluate@{first}"]
-    assert plan[:5] == ["download", "phrases", *chain]
+    assert plan[:6] == ["download", "corpus", "phrases", *chain]
     assert plan.index(f"evaluate@{first}") < plan.index(f"train@{second}")
     for run in runs:  # each chain in turn
         at = plan.index(f"train@{run}")

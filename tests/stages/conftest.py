@@ -32,11 +32,12 @@ def downloaded(
     tmp_path_factory: pytest.TempPathFactory, mirror: Path, offline_env: dict[str, str]
 ) -> Path:
     """A folder where `stages/download.py` fetched `DOWNLOADED` from the mirror (QQP is not in
-    it: missing, with the reason) and 500 corpus sentences."""
+    it: missing, with the reason) and `stages/corpus.py` kept 500 corpus sentences."""
     work = tmp_path_factory.mktemp("work")
     write_params(work, mirror, data={"datasets": DOWNLOADED, "timeout": 2})
-    result = run_stage("download.py", [], work, offline_env)
-    assert result.returncode == 0, result.stderr[-3000:]
+    for script in ("download.py", "corpus.py"):
+        result = run_stage(script, [], work, offline_env)
+        assert result.returncode == 0, result.stderr[-3000:]
     return work
 
 

@@ -22,7 +22,7 @@ from sentemb.refine.whitening import Whitening
 from sentemb.registry import SUITES
 
 from support.models import LAST_NORM, edited_copy, set_weight
-from support.stages import last_error, run_stage, write_params
+from support.stages import LINKED_CORPUS, last_error, run_stage, write_params
 from support.training import STSB, write_stsb
 
 SMALL_SUITES = {  # one small real task per suite
@@ -206,6 +206,7 @@ def test_refine_stage_on_a_model_without_usable_vectors_writes_nothing(
     outputs = {"--out": "refined", "--metrics": "refine.json", "--plots": "plots"}
     args = [*(x for flag, name in outputs.items() for x in (flag, str(tmp_path / name)))]
     args += ["--model", str(models[fault]), "--data", str(data_root), "--params", str(params)]
+    args += ["--corpus", str(data_root / LINKED_CORPUS)]
     error = last_error(run_stage("refine.py", args, tmp_path, stage_env))
     assert error.startswith(f"error: {models[fault]}: the encoder gave {FAULTY[fault][1]}")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]

@@ -314,8 +314,7 @@ def train_workspace(tmp_path: Path, mirror: Path, tiny_model_dir: Path) -> Path:
     (tmp_path / "data" / dev).parent.mkdir(parents=True)
     shutil.copyfile(mirror / dev, tmp_path / "data" / dev)
     corpus = [f"another corpus, line {i}, about {i % 3} things" for i in range(32)]
-    (tmp_path / "data" / "corpus").mkdir()
-    (tmp_path / "data" / "corpus" / "train.txt").write_text("\n".join(corpus) + "\n")
+    (tmp_path / "data" / "corpus.txt").write_text("\n".join(corpus) + "\n")
     params = read_yaml(REPO / "params.yaml")
     params["model"]["name_or_path"] = str(tiny_model_dir)
     params["train"] |= {"batch_size": 8, "max_steps": 2}

@@ -228,7 +228,7 @@ def test_data_outputs_do_not_depend_on_where_or_who(
         own |= {"TZ": ["UTC", "Asia/Tokyo"][number], "LC_ALL": ["C.UTF-8", "C"][number]}
         own["HOME"] = str(clone.parent)
         own["MLFLOW_TRACKING_URI"] = f"sqlite:///{clone.parent / 'mlflow.db'}"
-        for script in ("download.py", "phrases.py"):
+        for script in ("download.py", "corpus.py", "phrases.py"):
             result = run_stage(
                 str(clone / "stages" / script), [], clone, offline_env | own, process=True
             )
@@ -237,7 +237,7 @@ def test_data_outputs_do_not_depend_on_where_or_who(
         snapshot(clone / "data") | {"phrases.json": results(clone / "metrics/phrases.json")}
         for clone in clones.values()
     )
-    assert {"raw/MANIFEST.json", "raw/corpus/train.txt", "phrases/idf.json"} <= set(first)
+    assert {"raw/MANIFEST.json", "corpus.txt", "phrases/idf.json"} <= set(first)
     assert sorted(first) == sorted(second)
     assert [name for name in first if first[name] != second[name]] == []
     for blob in first.values():

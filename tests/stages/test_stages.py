@@ -19,12 +19,23 @@ from sentemb.registry import REFINEMENTS, SUITES
 from support.stages import last_error, run_stage, tiny_training, train_args, write_params
 
 
-def test_download_writes_manifest_corpus_and_reasons(downloaded: Path) -> None:
+def test_download_and_corpus_write_manifest_corpus_card_and_reasons(
+    downloaded: Path, mirror: Path
+) -> None:
+    """The download stage copies the corpus whole (no STS corpus without every STS set); the
+    corpus stage keeps its first 500 sentences (data.corpus_size) and cards them."""
     manifest = json.loads((downloaded / "data/raw/MANIFEST.json").read_text())
     assert set(manifest["datasets"]) == {"wiki1m", "STS13", "STSBenchmark"}
-    assert manifest["corpus"] == {"path": "corpus/train.txt", "sentences": 500}
     assert "QQP-clean.zip" in manifest["missing"]["QQP"]
-    assert len((downloaded / "data/raw/corpus/train.txt").read_text().splitlines()) == 500
+    head = (mirror / "corpus/wiki1m_for_simcse.head.txt").read_text().splitlines()
+    assert (downloaded / "data/raw/corpus/wiki1m_for_simcse.txt").read_text().splitlines() == head
+    assert not (downloaded / "data/raw/corpus/sts.txt").exists()
+    assert (downloaded / "data/corpus.txt").read_text().splitlines() == head[:500]
+    card = json.loads((downloaded / "metrics/corpus.json").read_text())
+    assert (card["read"], card["kept"], card["duplicates"]) == (11915, 500, 366)
+    assert card["dropped"] == {"blank": 0, "duplicate": 0, "beyond_corpus_size": 11415}
+    assert card["test_overlap"] == {"sentences": 0, "sample": []}
+    assert 0 < card["tokens"]["p50"] <= card["tokens"]["p99"] <= card["tokens"]["max"]
 
 
 def test_evaluate_tfidf_on_real_sts_with_skips(downloaded: Path, stage_env) -> None:
@@ -217,6 +228,7 @@ def test_refine_then_evaluate_with_and_without_refinement(
     )
     for script, args in (
         ("download.py", []),
+        ("corpus.py", []),
         ("phrases.py", ["--metrics", "phrases.json"]),
         ("refine.py", ["--out", "refined", "--metrics", "refine.json", "--plots", "plots"]),
     ):
@@ -392,3 +404,67 @@ def test_read_only_output_folder_is_one_error(downloaded: Path, read_only: Path,
     assert error.startswith(f"error: {read_only / 'sts.json'}: not written: ")
     assert [p.name for p in read_only.iterdir()] == ["earlier.json"]
     assert (read_only / "earlier.json").read_text() == "{}\n"
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "train", "message"),
+    [
+        ("c.txt", None, {}, "train.corpus: c.txt: no such file"),
+        ("c.txt", b"fine\nbad \xff\n", {}, "{path}:2: not valid utf-8"),
+        ("c.csv", b"id,body\n1,a\n", {}, "{path}:1: no column 'text' (train.text_column)"),
+        ("c.jsonl", b'{"text": " "}\n{"text": null}\n', {}, "{path}: no usable sentence"),
+        ("c.txt", b"a\nb\n", {"batch_size": 3}, "{path}: 2 sentences kept, fewer than a batch"),
+        ("c.json", b"[]", {}, "train.corpus: {path}: not a corpus format"),
+    ],
+)
+def test_corpus_stage_refuses_a_bad_corpus_and_writes_nothing(
+    downloaded: Path,
+    mirror: Path,
+    stage_env,
+    tmp_path: Path,
+    name: str,
+    data: bytes | None,
+    train: dict,
+    message: str,
+) -> None:
+    """One error naming the file (and line) or the param; the user's file is untouched and no
+    output is written."""
+    path = tmp_path / name
+    if data is not None:
+        path.write_bytes(data)
+    params = write_params(tmp_path, mirror, train={"corpus": name, **train})
+    args = ["--params", str(params), "--data", str(downloaded / "data/raw")]
+    args += ["--out", str(tmp_path / "corpus.out"), "--metrics", str(tmp_path / "card.json")]
+    error = last_error(run_stage("corpus.py", args, tmp_path, stage_env))
+    assert error.startswith(f"error: {message.format(path=path)}"), error
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        {"params.yaml", *([name] if data is not None else [])}
+    )
+    if data is not None:
+        assert path.read_bytes() == data
+
+
+def test_corpus_stage_cards_a_jsonl_corpus_that_holds_test_sentences(
+    downloaded: Path, mirror: Path, stage_env, tmp_path: Path
+) -> None:
+    """Two STS-B test sentences in a user's corpus: counted, listed and warned about."""
+    test = (mirror / "senteval/data/downstream/STS/STSBenchmark/sts-test.csv").read_text()
+    leaked = [line.split("\t")[5] for line in test.splitlines()[:2]]
+    rows = [{"text": s} for s in ["An own sentence.", *leaked, "Another one.", "An own sentence."]]
+    corpus = tmp_path / "mine.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    params = write_params(
+        tmp_path, mirror, train={"corpus": "mine.jsonl", "batch_size": 2, "drop_duplicates": True}
+    )
+    args = ["--params", str(params), "--data", str(downloaded / "data/raw")]
+    args += ["--out", str(tmp_path / "corpus.txt"), "--metrics", str(tmp_path / "card.json")]
+    result = run_stage("corpus.py", args, tmp_path, stage_env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "2 training sentences are also test sentences" in result.stderr
+    kept = ["An own sentence.", *leaked, "Another one."]
+    assert (tmp_path / "corpus.txt").read_text().splitlines() == kept
+    card = json.loads((tmp_path / "card.json").read_text())
+    assert card["source"] == "mine.jsonl"
+    assert (card["read"], card["kept"], card["duplicates"]) == (5, 4, 1)
+    assert card["dropped"] == {"blank": 0, "duplicate": 1, "beyond_corpus_size": 0}
+    assert card["test_overlap"] == {"sentences": 2, "sample": leaked}

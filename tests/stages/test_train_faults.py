@@ -33,7 +33,8 @@ STAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ")  # a log line's time (cl
 
 @pytest.fixture(scope="module")
 def data(downloaded: Path) -> Path:
-    """`data/raw` of the download stage: 500 wiki sentences, STS13 and STS-B (no SICK)."""
+    """`data/raw` of the download stage (STS13 and STS-B, no SICK) beside the corpus stage's
+    `data/corpus.txt` (500 wiki sentences)."""
     return downloaded / "data" / "raw"
 
 
@@ -54,7 +55,9 @@ def training(work: Path, mirror: Path, model_dir: Path, **sections: dict) -> Pat
 def train(
     work: Path, params: Path, data: Path, stage_env: dict, method: str = "simcse"
 ) -> subprocess.CompletedProcess:
+    """The train stage on `data` and the corpus beside it (`data/corpus.txt`)."""
     args = [*train_args(params, work, method), "--data", str(data)]
+    args += ["--corpus", str(data.parent / "corpus.txt")]
     return run_stage("train.py", args, work, stage_env)
 
 
@@ -63,8 +66,10 @@ def nothing_written(work: Path) -> bool:
 
 
 def data_copy(data: Path, folder: Path) -> Path:
+    """A copy of `data` and the corpus beside it in `folder`."""
     copy = folder / "raw"
     shutil.copytree(data, copy)
+    shutil.copyfile(data.parent / "corpus.txt", folder / "corpus.txt")
     return copy
 
 
@@ -74,7 +79,7 @@ def data_copy(data: Path, folder: Path) -> Path:
         (
             {"train": {"batch_size": 600}},
             "simcse",
-            "train.batch_size: 600 is more than the 500 sentences of {data}/corpus/train.txt",
+            "train.batch_size: 600 is more than the 500 sentences of {corpus}",
         ),
         ({"train": {"batch_size": 1}}, "sscl", "train.batch_size: 1 leaves no in-batch negative"),
         ({"train": {"log_steps": 0}}, "simcse", "train.log_steps: must be >= 1, got 0"),
@@ -167,10 +172,11 @@ def assert_refused(
     message: str,
 ) -> None:
     """Training `method` on `model_dir` with `sections` stops with one error starting with
-    `message` (`{data}` filled in) and writes nothing in `work`."""
+    `message` (`{data}` and `{corpus}` filled in) and writes nothing in `work`."""
     params = training(work, mirror, model_dir, **sections)
     error = last_error(train(work, params, data, stage_env, method))
-    assert error.startswith(f"error: {message.format(data=data)}"), error
+    expected = message.format(data=data, corpus=data.parent / "corpus.txt")
+    assert error.startswith(f"error: {expected}"), error
     assert nothing_written(work)
 
 
@@ -280,6 +286,7 @@ def test_resume_only_the_same_run(
     shutil.copytree(tiny_model_dir, model)
     params = training(tmp_path, mirror, model)
     args = [*train_args(params, tmp_path, "simcse+iscse"), "--data", str(data)]
+    args += ["--corpus", str(data.parent / "corpus.txt")]
     stage = str(REPO / "stages" / "train.py")
     killed = subprocess.run(
         [sys.executable, "-c", KILLED.format(stage=stage, args=args)],
@@ -294,7 +301,7 @@ def test_resume_only_the_same_run(
     assert json.loads((checkpoint / STATE_FILE).read_text())["step"] == 2
 
     smaller = data_copy(data, tmp_path / "smaller")
-    corpus = smaller / "corpus" / "train.txt"
+    corpus = smaller.parent / "corpus.txt"
     corpus.write_text("\n".join(corpus.read_text().splitlines()[:400]) + "\n")
     original = model / "model.safetensors"
     backup = original.read_bytes()

@@ -27,7 +27,7 @@ from sentemb.evaluation.base import PROBE_SIZE, UnusableVectors, check_vectors
 from sentemb.pooling import POOLERS, cls_vector
 
 from support.models import LAST_NORM, edited_copy, set_weight
-from support.stages import last_error, run_stage, train_args, write_params
+from support.stages import LINKED_CORPUS, last_error, run_stage, train_args, write_params
 
 FIRST_TOKEN = [name for name, spec in POOLERS.items() if spec.vector is cls_vector]
 LAYER = [name for name, spec in POOLERS.items() if spec.dense]  # the backbone's pooler layer
@@ -235,6 +235,8 @@ def run(
     values.setdefault(section, {})[key] = pooler
     params = write_params(work, data_root, **values)
     common = ["--data", str(data_root), "--params", str(params)]
+    if where in ("refine", "train", "train-eval", "dclr"):
+        common += ["--corpus", str(data_root / LINKED_CORPUS)]
     if where == "evaluate":
         args = ["--model", str(model_dir), "--suites", "sts", "--out-dir", str(work / "out")]
     elif where == "refine":

@@ -30,6 +30,8 @@ from support import REPO
 
 DOWNLOADED = ["wiki1m", "STS13", "STSBenchmark", "QQP"]  # the `downloaded` fixture's; QQP is not
 # in the mirror
+LINKED_CORPUS = "corpus/wiki1m_for_simcse.txt"  # in `linked_data`: the mirror's head, no blanks, so
+# also what the corpus stage keeps of it (the stages' `--corpus`)
 
 
 def show_warning(
@@ -194,7 +196,7 @@ def linked_data(root: Path, mirror: Path) -> Path:
     for folder in ("senteval", "senteval_cn"):
         (root / folder).symlink_to(mirror / folder)
     (root / "corpus").mkdir()
-    (root / "corpus/train.txt").symlink_to(mirror / "corpus/wiki1m_for_simcse.head.txt")
+    (root / LINKED_CORPUS).symlink_to(mirror / "corpus/wiki1m_for_simcse.head.txt")
     present = {
         name: {}
         for name, dataset in DATASETS.items()

@@ -20,7 +20,7 @@ import torch
 from safetensors.torch import load_file
 
 from sentemb import encoder
-from sentemb.config import ConfigError, from_dict, parse_spec
+from sentemb.config import ConfigError, from_dict, parse_spec, section
 from sentemb.evaluation.base import UnusableVectors
 from sentemb.io import CheckpointError
 from sentemb.training.checkpoint import (
@@ -231,13 +231,6 @@ def test_best_dev_below_the_untrained_model_is_warned(
             64,
             "train.device: 'cuda:1' names one GPU, but 2 processes train",
         ),
-        (
-            {"batch_size": 8, "precision": "fp16", "fused_adamw": False},
-            1,
-            True,
-            64,
-            "train.fused_adamw: false with train.precision: fp16",
-        ),
     ],
 )
 def test_a_run_that_cannot_train_is_refused(
@@ -245,6 +238,17 @@ def test_a_run_that_cannot_train_is_refused(
 ) -> None:
     with pytest.raises(ConfigError, match=f"^{message}"):
         check_run(TrainConfig(**train), sentences, "corpus.txt", contrastive, world)
+
+
+def test_fp16_with_an_unfused_adamw_is_refused_with_the_params() -> None:
+    """A refusal of params alone is the params' own check: every stage reading `train` says it."""
+    with pytest.raises(ConfigError, match=r"^train\.fused_adamw: false with precision: fp16"):
+        section({"train": {"precision": "fp16", "fused_adamw": False}}, "train", TrainConfig)
+
+
+def test_the_run_steps_are_max_steps_or_epochs_of_whole_batches() -> None:
+    assert TrainConfig(batch_size=8, epochs=2).steps(20) == 4
+    assert TrainConfig(batch_size=8, max_steps=3).steps(20) == 3
 
 
 def test_batch_of_one_is_fine_without_in_batch_negatives() -> None:

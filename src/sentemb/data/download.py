@@ -18,18 +18,21 @@ import sys
 import tarfile
 import urllib.request
 import zipfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Annotated
 
 from sentemb.config import Count, Range, UserError
-from sentemb.data.readers import read_corpus
-from sentemb.data.sources import DATASETS, Dataset, RemoteFile
+from sentemb.data.readers import sts_sentences
+from sentemb.data.sources import DATASETS, STS_SUBSETS, Dataset, RemoteFile
 from sentemb.io import atomic_path, write_json
 
 log = logging.getLogger(__name__)
 MANIFEST = "MANIFEST.json"  # in the download stage's output: each dataset's files and sha256s
+STS_CORPUS = "corpus/sts.txt"  # the STS sets' sentences, a built-in corpus (`train.corpus`)
+STS_CORPUS_SETS = (*STS_SUBSETS, "STSBenchmark", "SICK")
 
 
 @dataclass
@@ -192,15 +195,13 @@ def _read_member(archive: Path, member: str) -> bytes:
     raise FileNotFoundError(f"{member} not found in archive {archive}")
 
 
-def cap_corpus(source: Path, target: Path, size: int) -> int:
-    """Write the first `size` sentences of `source`, as `read_corpus` reads them, to `target`;
-    return how many."""
-    count = 0
-    with atomic_path(target) as tmp, tmp.open("w", encoding="utf-8") as out:
-        for sentence in read_corpus(source, size):
-            out.write(sentence + "\n")
-            count += 1
-    return count
+def write_sts_corpus(root: Path, present: Iterable[str]) -> None:
+    """`corpus/sts.txt`, the built-in STS corpus (`readers.sts_sentences`), when every STS set
+    is present."""
+    if set(STS_CORPUS_SETS) <= set(present):
+        text = "".join(s + "\n" for s in sts_sentences(root))
+        (root / STS_CORPUS).parent.mkdir(parents=True, exist_ok=True)
+        (root / STS_CORPUS).write_text(text, encoding="utf-8")
 
 
 def present_before(out: Path) -> set[str]:
@@ -239,10 +240,7 @@ def download(
                     lost[name] = err
         if lost:
             raise unavailable(lost, mirror, out)
-        if "wiki1m" in manifest["datasets"]:
-            source = next(root / f for f in manifest["datasets"]["wiki1m"])
-            count = cap_corpus(source, root / "corpus" / "train.txt", config.corpus_size)
-            manifest["corpus"] = {"path": "corpus/train.txt", "sentences": count}
+        write_sts_corpus(root, manifest["datasets"])
         write_json(root / MANIFEST, manifest)
     return manifest
 

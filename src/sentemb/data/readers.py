@@ -432,10 +432,3 @@ def sts_sentences(root: Path) -> list[str]:
     sets += [read_stsb(root, split) for split in ("train", "dev", "test")]
     sets += [read_sick(root, split) for split in ("train", "trial", "test_annotated")]
     return list(dict.fromkeys(s for pairs in sets for s in (*pairs.first, *pairs.second)))
-
-
-def training_corpus(root: Path, name: str) -> Iterator[str]:
-    """The training sentences: `wiki` (SimCSE's Wikipedia corpus) or `sts` (see above)."""
-    if name == "sts":
-        return iter(sts_sentences(root))
-    return read_corpus(root / "corpus" / "train.txt")

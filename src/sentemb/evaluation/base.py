@@ -95,6 +95,10 @@ class Evaluator(ABC):
     def score(self, encoders: Mapping[str, SentenceEncoder]) -> dict[str, float]:
         """Flat metrics of the encoders (`ENGLISH`, `CHINESE`: the languages this suite reads)."""
 
+    @abstractmethod
+    def test_sentences(self) -> set[str]:
+        """Every sentence a model is scored on (the corpus card counts a training corpus's)."""
+
     def available(self, dataset: str, split: str = "") -> bool:
         """Whether the files of `dataset` (those naming `split`, if given) are under the root.
 

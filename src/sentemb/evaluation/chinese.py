@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from sentemb.config import PairSample, choice_problems
-from sentemb.data.readers import read_chinese
+from sentemb.data.readers import PairSet, read_chinese
 from sentemb.data.sources import CHINESE_SETS
 from sentemb.evaluation.base import CHINESE, Evaluator, SentenceEncoder, for_set, spearman
 from sentemb.evaluation.sts import cosine_scores
@@ -65,13 +65,19 @@ class ChineseEvaluator(Evaluator):
         self.config = config or ChineseConfig()
         self.split = split
 
-    def score(self, encoders: Mapping[str, SentenceEncoder]) -> dict[str, float]:
-        encoder = encoders[CHINESE]
-        sets = {
+    def _pair_sets(self) -> dict[str, PairSet]:
+        return {
             task: read_chinese(self.root, task, self.split, self.config.max_pairs)
             for task in self.config.tasks
             if self.available(dataset_name(task), f".{self.split}.")
         }
+
+    def test_sentences(self) -> set[str]:
+        return {s for pairs in self._pair_sets().values() for s in (*pairs.first, *pairs.second)}
+
+    def score(self, encoders: Mapping[str, SentenceEncoder]) -> dict[str, float]:
+        encoder = encoders[CHINESE]
+        sets = self._pair_sets()
         self.pairs = {
             task: (
                 cosine_scores(for_set(encoder, task), {task: pairs}, self.batch_size)[task],

@@ -318,6 +318,20 @@ class RetrievalEvaluator(Evaluator):
         super().__init__(root, batch_size)
         self.config = config or RetrievalConfig()
 
+    def test_sentences(self) -> set[str]:
+        cfg, sentences, sets = self.config, set[str](), list[PairSet]()
+        if self.available("QQP"):
+            sets.append(read_qqp(self.root, cfg.qqp_splits))
+        if self.available("AskUbuntu"):
+            sentences.update(read_askubuntu(self.root, cfg.askubuntu_split).titles.values())
+        for name in filter(self.available, cfg.offline_sets):
+            if name == "MRPC":
+                sets.append(read_mrpc(self.root, "test")[0])
+            else:
+                sets.append(read_chinese(self.root, name, "test", cfg.max_pairs))
+        sentences.update(s for pairs in sets for s in (*pairs.first, *pairs.second))
+        return sentences
+
     def score(self, encoders: Mapping[str, SentenceEncoder]) -> dict[str, float]:
         """Scores x 100; the `CHINESE` encoder encodes the Chinese sets, `ENGLISH` the others."""
         cfg, results = self.config, {}

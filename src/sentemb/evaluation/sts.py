@@ -100,6 +100,9 @@ class STSEvaluator(Evaluator):
                 sets[task] = reader(self.root, splits[self.split])
         return sets
 
+    def test_sentences(self) -> set[str]:
+        return {s for pairs in self._pair_sets().values() for s in (*pairs.first, *pairs.second)}
+
     def score(self, encoders: Mapping[str, SentenceEncoder]) -> dict[str, float]:
         sets = self._pair_sets()
         scores = cosine_scores(encoders[ENGLISH], sets, self.batch_size)

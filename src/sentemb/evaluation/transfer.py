@@ -348,6 +348,22 @@ class TransferEvaluator(Evaluator):
             results["avg"] = float(np.mean(accuracies))
         return results
 
+    def test_sentences(self) -> set[str]:
+        """MR, CR, SUBJ and MPQA: every sentence (each is tested in one fold); the others'
+        test splits."""
+        sentences: set[str] = set()
+        for task in filter(self.available, self.config.tasks):
+            if task in BINARY_TASKS:
+                sentences.update(read_binary(self.root, task).sentences)
+            elif task == "SST2":
+                sentences.update(read_sst2(self.root, "test").sentences)
+            elif task == "TREC":
+                sentences.update(read_trec(self.root, "test").sentences)
+            else:
+                pairs = read_mrpc(self.root, "test")[0]
+                sentences.update((*pairs.first, *pairs.second))
+        return sentences
+
     def _binary(self, encoder: SentenceEncoder, task: str) -> dict[str, float]:
         data = read_binary(self.root, task)
         # SentEval gives SUBJ's objective file label 1; read_binary gives it label 0

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from sentemb.config import section
-from sentemb.data.readers import PairSet, read_chinese, read_stsb, training_corpus
+from sentemb.data.readers import PairSet, read_chinese, read_corpus, read_stsb
 from sentemb.encoder import ModelIdentity, model_identity
 from sentemb.evaluation.base import (
     CachedEncoder,
@@ -134,11 +134,11 @@ def chinese_sets(params: dict) -> list[str]:
 
 
 def fit_refinements(
-    params: dict, model: str, chinese_model: str, corpus_name: str, data: Path, phrases: Path
+    params: dict, model: str, chinese_model: str, corpus: Path, data: Path, phrases: Path
 ) -> FittedRefinements:
-    """Fit `refine.methods` around `model` (English: statistics from the training corpus
-    `corpus_name` or at each call, hyper-parameters on STS-B dev, keywords scored with the IDF
-    table in `phrases`) and `chinese_model` (per Chinese set, on its valid split; with
+    """Fit `refine.methods` around `model` (English: statistics from the training `corpus`, the
+    corpus stage's file, or at each call; hyper-parameters on STS-B dev; keywords scored with the
+    IDF table in `phrases`) and `chinese_model` (per Chinese set, on its valid split; with
     `fit_on: corpus` the statistics come from that split too). A Chinese set absent from `data`
     without the download manifest saying why, vectors that cannot be scored and a NaN or
     infinite fitted value are each one error."""
@@ -151,14 +151,13 @@ def fit_refinements(
     english_model = load_encoder(model, "en", params, data)
     english = CachedEncoder(english_model)
     parts = build(config, Context(english.mask_token, False, idf))
-    corpus = None
+    sentences = None
     if config.fit_on == "corpus":
-        lines = training_corpus(data, corpus_name)
-        corpus = list(itertools.islice(lines, config.corpus_size))
+        sentences = list(itertools.islice(read_corpus(corpus), config.corpus_size))
     dev = read_stsb(data, "dev")
     with scoring(model):
         fitted[ENGLISH_SCOPE], metrics[ENGLISH_SCOPE], tried = fit_scope(
-            english, dev, corpus, parts, config, batch_size
+            english, dev, sentences, parts, config, batch_size
         )
     vectors = english.encode(list(distinct([*dev.first, *dev.second])), batch_size)
     curves: list[Curve] = []
@@ -178,8 +177,8 @@ def fit_refinements(
             log.warning("%s: no refinement fitted: %s", name, probe.skipped[dataset_name(name)])
             continue
         valid = read_chinese(data, name, "valid", config.valid_pairs)
-        corpus = config.fit_on == "corpus"
-        sentences = list(distinct([*valid.first, *valid.second])) if corpus else None
+        on_corpus = config.fit_on == "corpus"
+        sentences = list(distinct([*valid.first, *valid.second])) if on_corpus else None
         with scoring(f"{chinese_model}, {name}"):
             scope = f"{CHINESE_SCOPE}{name}"
             fitted[scope], metrics[scope], _ = fit_scope(

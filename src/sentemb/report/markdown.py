@@ -17,7 +17,7 @@ from sentemb.evaluation.chinese import ChineseConfig
 from sentemb.model_config import ModelConfig
 from sentemb.registry import REFINEMENTS, SUITES
 from sentemb.report.stats import NO_DIFFERENCE, NOISE, mean_std
-from sentemb.training.config import TrainConfig
+from sentemb.training.config import WIKI, TrainConfig
 
 REFINED = {name: entry.cls.label for name, entry in REFINEMENTS.items()}  # name -> label
 REFERENCE_LABELS = {"untrained": "untrained model", "tfidf": "TF-IDF"}  # the reference rows
@@ -66,7 +66,7 @@ def protocol(
     ]
     if not any(name in model.name_or_path for name in PAPER_BACKBONES):
         deviations.append(f"backbone {model.name_or_path}; the papers train BERT/RoBERTa")
-    if train.corpus == "wiki" and sentences < PAPER_CORPUS:
+    if train.corpus == WIKI and sentences < PAPER_CORPUS:
         deviations.append(f"{sentences:,} training sentences; the papers use 1M")
     if chinese == model.name_or_path:
         deviations.append("Chinese sets scored with the English model; papers use a Chinese BERT")

@@ -14,6 +14,9 @@ DEVICES = r"auto|cpu|cuda(:\d+)?"  # whether the machine has it is checked where
 FLOAT32_MAX = 3.4028234663852886e38  # torch.finfo(torch.float32).max, without importing torch
 MAX_LEARNING_RATE = FLOAT32_MAX / 10
 WHY = "AdamW's first step, 10 x learning_rate, must be a float32"
+# the built-in corpora: files the download stage writes (by their names of old)
+WIKI = "data/raw/corpus/wiki1m_for_simcse.txt"
+BUILT_IN = {"wiki": WIKI, "sts": "data/raw/corpus/sts.txt"}
 LearningRate = Annotated[float, Range(0, MAX_LEARNING_RATE, open_low=True, open_high=True, why=WHY)]
 
 
@@ -39,13 +42,35 @@ class TrainConfig:
     log_steps: Count = 10
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     device: str = "auto"
-    corpus: Literal["wiki", "sts"] = "wiki"
+    corpus: str = WIKI  # a file (sentemb.data.corpus): the repo's path, or an absolute one
+    text_column: str = "text"  # the text's column in a .csv, .tsv, .jsonl or .parquet corpus
+    drop_duplicates: bool = False  # SimCSE trains on wiki1m's repeats (366 in the mirror's head)
     compile: bool | Literal["auto"] = "auto"  # torch.compile the model; auto: on CUDA only
     attention: Literal["sdpa", "eager"] = "sdpa"  # transformers' attention implementation
     fused_adamw: bool = True  # one fused kernel per step; skips a non-finite step on the device
     workers: NonNegativeInt | Literal["auto"] = "auto"  # data loader processes; auto: CUDA 4, CPU 0
 
+    def steps(self, sentences: int) -> int:
+        """The run's optimizer steps on a corpus of `sentences`: `max_steps`, else `epochs` of
+        whole batches."""
+        return self.max_steps or self.epochs * (sentences // self.batch_size)
+
     def validate(self) -> list[str]:
+        problems = []
         if not re.fullmatch(DEVICES, self.device):
-            return [f"device: {self.device!r} is not a device; use auto, cpu, cuda or cuda:<index>"]
-        return []
+            problems.append(
+                f"device: {self.device!r} is not a device; use auto, cpu, cuda or cuda:<index>"
+            )
+        if self.corpus in BUILT_IN:
+            problems.append(f"corpus: {self.corpus!r} is now a file: {BUILT_IN[self.corpus]}")
+        elif not self.corpus.strip():
+            problems.append(f"corpus: a path of a corpus file, got {self.corpus!r}")
+        if self.precision == "fp16" and not self.fused_adamw:
+            problems.append(
+                "fused_adamw: false with precision: fp16: the gradient scaler skips an "
+                "overflowing step without the optimizer, and the loss's own gradients would add "
+                "up over the skipped steps; use fused_adamw: true"
+            )
+        if not self.text_column:
+            problems.append("text_column: the name of the text's column, got ''")
+        return problems

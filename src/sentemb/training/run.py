@@ -1,7 +1,7 @@
 """One training run as the `train` stage does it: every input checked before the model is loaded,
 the run key, model selection on the dev sets, the metrics and the model card.
 
-    job = prepare(spec, seed, params, data)          # inputs checked, model loaded, run key
+    job = prepare(spec, seed, params, data, corpus)  # inputs checked, model loaded, run key
     result = job.train(out, checkpoints, on_log)     # the best model (with its card) in `out`
     metrics = job.metrics(result)
 """
@@ -24,13 +24,13 @@ import torch
 import torch.distributed as dist
 
 from sentemb.config import SEEDS, ConfigError, parse_spec, run_plan, section
-from sentemb.data.readers import DataFormatError, read_stsb, training_corpus
+from sentemb.data.readers import DataFormatError, read_corpus, read_stsb
 from sentemb.data.sources import DATASETS
 from sentemb.encoder import Encoder, autocast_dtype, model_identity, precision_used
 from sentemb.evaluation.base import distinct, probe, scoring
 from sentemb.evaluation.sts import STSConfig, STSEvaluator
 from sentemb.io import atomic_path
-from sentemb.losses import MethodLoss, method_loss
+from sentemb.losses import MethodLoss, contrastive, method_loss
 from sentemb.methods.paser import PaSeRConfig
 from sentemb.model_config import ModelConfig
 from sentemb.phrases import PhrasesConfig, read_phrase_spans
@@ -301,9 +301,7 @@ def build_trainer(
     compiled = cuda if config.compile == "auto" else config.compile
     workers = min(4, (os.cpu_count() or 1) // world) if config.workers == "auto" and cuda else 0
     workers = workers if config.workers == "auto" else config.workers
-    job.loss.total_steps = config.max_steps or config.epochs * (
-        len(job.sentences) // config.batch_size
-    )
+    job.loss.total_steps = config.steps(len(job.sentences))
     pooler_layer = getattr(job.model[0].auto_model, "pooler", None)
     if pooler_layer is not None and not POOLERS[config.pooler].dense:
         pooler_layer.requires_grad_(
@@ -388,8 +386,11 @@ def check_params(params: Mapping[str, Any]) -> None:
         section(params, entry.name, entry.config)
 
 
-def prepare(spec: str, seed: int, params: Mapping[str, Any], data: Path) -> TrainingJob:
-    """Check every input of a run (method spec, seed, params, corpus, dev sets, PaSeR's phrases),
+def prepare(
+    spec: str, seed: int, params: Mapping[str, Any], data: Path, corpus: Path
+) -> TrainingJob:
+    """Check every input of a run (method spec, seed, params, the `corpus` file of the corpus
+    stage, the dev sets under `data`, PaSeR's phrases),
     then load the model and build its loss and the run key: everything that defines the run
     (params of every part, data hashes, the model's weights, the code), so a checkpoint resumes
     only the same run."""
@@ -403,14 +404,8 @@ def prepare(spec: str, seed: int, params: Mapping[str, Any], data: Path) -> Trai
     for name in ("pooler", "eval_pooler"):
         check_pooler(getattr(config, name), f"train.{name}")
     check_pooler(model_config.pooler, "model.pooler", auto=True)  # now, not after training
-    sentences = list(training_corpus(data, config.corpus))
-    corpus = (
-        str(data / "corpus" / "train.txt")
-        if config.corpus == "wiki"
-        else f"the STS sets under {data} (train.corpus: sts)"
-    )
-    contrastive = any(METHODS[name].cls.contrastive for name in names)
-    check_run(config, len(sentences), corpus, contrastive, process_count())
+    sentences = list(read_corpus(corpus))
+    check_run(config, len(sentences), str(corpus), contrastive(names), process_count())
     hashes = {"corpus": lines_hash(sentences), "dev": files_hash(dev_files(data, config.selection))}
     phrases = None
     if "paser" in names:
@@ -454,7 +449,7 @@ def prepare(spec: str, seed: int, params: Mapping[str, Any], data: Path) -> Trai
         model_config,
         config,
         sentences,
-        corpus,
+        f"{config.corpus} ({corpus})",
         model,
         encoder,
         loss,

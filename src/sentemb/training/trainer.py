@@ -76,9 +76,7 @@ def check_run(
     """Refuse a run that cannot train, naming the param: a batch that does not split across the
     processes, one with no in-batch negative (InfoNCE over a single candidate is 0 whatever the
     model, so nothing would be learnt), one larger than the corpus; a warm-up as long as the
-    run; one GPU named for several processes; fp16 with an unfused AdamW (the gradient scaler
-    skips an overflowing step without calling it, and the loss's own gradients would then add
-    up)."""
+    run; one GPU named for several processes."""
     size = config.batch_size
     if size % world:
         raise ConfigError(
@@ -96,7 +94,7 @@ def check_run(
             f"train.batch_size: {size} is more than the {sentences} sentences of {corpus}; "
             "lower it or train on a larger corpus (data.corpus_size)"
         )
-    steps = config.max_steps or config.epochs * (sentences // size)
+    steps = config.steps(sentences)
     if config.warmup_steps >= steps:
         raise ConfigError(
             f"train.warmup_steps: {config.warmup_steps} is not below the run's {steps} steps: "
@@ -106,12 +104,6 @@ def check_run(
         raise ConfigError(
             f"train.device: {config.device!r} names one GPU, but {world} processes train, each "
             "on its own; use cuda or auto"
-        )
-    if config.precision == "fp16" and not config.fused_adamw:
-        raise ConfigError(
-            "train.fused_adamw: false with train.precision: fp16: the gradient scaler skips an "
-            "overflowing step without the optimizer, and the loss's own gradients would add up "
-            "over the skipped steps; use fused_adamw: true"
         )
 
 

@@ -1,0 +1,303 @@
+"""A training corpus of any file, cleaned in two streaming passes, with its data card.
+
+`train.corpus` names a file (relative to the repo root, or absolute): `.txt` one sentence per
+line, or `.csv`, `.tsv`, `.jsonl`, `.parquet` with the text in column `train.text_column`; the
+text formats may be gzipped (`.txt.gz`, ...). The built-in corpora are files of the download
+stage: `data/raw/corpus/wiki1m_for_simcse.txt` (SimCSE's Wikipedia sentences) and
+`data/raw/corpus/sts.txt` (the STS sets' sentences, ConSERT's and PaSeR's corpus).
+
+Every text is read under `sentemb.data.readers`' line policy (a BOM dropped; CRLF and CR are
+line ends; not UTF-8 is an error naming the file and line), stripped, and a line break inside
+a field becomes a space. A blank text is dropped; a repeated one is dropped when
+`train.drop_duplicates`; at most `data.corpus_size` are kept, the first ones. The first pass
+keeps 8 bytes a text (a hash, for the duplicates); the second writes the kept sentences.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+from array import array
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sentemb.config import ConfigError
+from sentemb.data.readers import DataFormatError, is_blank, iter_lines
+
+FORMATS = ("txt", "csv", "tsv", "jsonl", "parquet")
+GZIPPED = ("txt", "csv", "tsv", "jsonl")  # parquet compresses itself
+PERCENTILES = (50, 90, 95, 99)
+OVERLAP_SAMPLE = 5  # corpus sentences found in test sets, listed in the card
+PARQUET_BATCH = 10_000
+
+
+def corpus_format(path: Path) -> str:
+    """The format of `path` by its suffixes (`.txt`, `.csv.gz`, ...); else a `ConfigError`."""
+    name = path.name.lower()
+    gzipped = name.endswith(".gz")
+    kind = Path(name.removesuffix(".gz")).suffix.lstrip(".")
+    if kind in FORMATS and (not gzipped or kind in GZIPPED):
+        return kind
+    known = ", ".join([f".{f}" for f in FORMATS] + [f".{f}.gz" for f in GZIPPED])
+    raise ConfigError(f"train.corpus: {path}: not a corpus format; name a file ending in {known}")
+
+
+def check_corpus_path(value: str, root: Path) -> Path:
+    """`train.corpus` as a path under `root` (the repo) or absolute: one file that exists, in a
+    known format; else a `ConfigError` naming the param."""
+    path = Path(value).expanduser()
+    path = path if path.is_absolute() else root / path
+    if not path.exists():
+        raise ConfigError(
+            f"train.corpus: {value}: no such file (a path relative to the repo root, or "
+            "absolute; the built-in corpora are data/raw/corpus/wiki1m_for_simcse.txt and "
+            "data/raw/corpus/sts.txt, written by the download stage)"
+        )
+    if not path.is_file():
+        raise ConfigError(f"train.corpus: {value}: a folder, not a file")
+    corpus_format(path)
+    return path
+
+
+def _field(text: Any, where: str, column: str) -> str | None:
+    """A row's text: a string, None for a null (blank), else an error naming the row."""
+    if text is None or isinstance(text, str):
+        return text
+    raise DataFormatError(
+        f"{where}: column {column!r} (train.text_column) holds a {type(text).__name__}, "
+        "not a string"
+    )
+
+
+def _delimited(path: Path, column: str, delimiter: str) -> Iterator[tuple[str, str | None]]:
+    """The texts of a CSV (quoted fields may span lines) or TSV (no quoting) file, each named
+    by the line its row starts on."""
+    quoting = csv.QUOTE_MINIMAL if delimiter == "," else csv.QUOTE_NONE
+    lines = (line + "\n" for line in iter_lines(path))
+    rows = csv.reader(lines, delimiter=delimiter, quoting=quoting, strict=True)
+    start = 1
+    try:
+        header = next(rows, None)
+        if header is None:
+            raise DataFormatError(f"{path}: file is empty")
+        if column not in header:
+            raise DataFormatError(
+                f"{path}:1: no column {column!r} (train.text_column); the header has {header}"
+            )
+        index = header.index(column)
+        for row in rows:
+            where, start = f"{path}:{start + 1}", rows.line_num
+            if len(row) <= index and row:
+                raise DataFormatError(
+                    f"{where}: {len(row)} fields, no {column!r} (train.text_column, field "
+                    f"{index + 1} of the header's {len(header)})"
+                )
+            if row:  # not a blank line
+                yield where, row[index]
+    except csv.Error as err:
+        kind = corpus_format(path)
+        raise DataFormatError(f"{path}:{rows.line_num}: not valid {kind}: {err}") from err
+
+
+def _jsonl(path: Path, column: str) -> Iterator[tuple[str, str | None]]:
+    for lineno, line in enumerate(iter_lines(path), 1):
+        if is_blank(line):
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            row = json.loads(line)
+        except ValueError as err:
+            raise DataFormatError(f"{where}: not JSON: {err}") from err
+        if not isinstance(row, dict):
+            raise DataFormatError(f"{where}: a JSON {type(row).__name__}, not an object")
+        if column not in row:
+            raise DataFormatError(
+                f"{where}: no key {column!r} (train.text_column); the row has {sorted(row)[:10]}"
+            )
+        yield where, _field(row[column], where, column)
+
+
+def _parquet(path: Path, column: str) -> Iterator[tuple[str, str | None]]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as err:
+        raise DataFormatError(f"{path}: not a Parquet file: {err}") from err
+    names = table.schema_arrow.names
+    if column not in names:
+        raise DataFormatError(f"{path}: no column {column!r} (train.text_column); it has {names}")
+    kind = table.schema_arrow.field(column).type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        raise DataFormatError(
+            f"{path}: column {column!r} (train.text_column) is of type {kind}, not a string"
+        )
+    row = 0
+    for batch in table.iter_batches(batch_size=PARQUET_BATCH, columns=[column]):
+        for text in batch.column(0).to_pylist():
+            row += 1
+            yield f"{path}: row {row}", text
+
+
+def read_texts(path: Path, column: str = "text") -> Iterator[tuple[str, str | None]]:
+    """Stream every text of a corpus file with where it is (`file:line`, `file: row N`); a
+    null is None. A malformed row is one `DataFormatError` naming the file and line."""
+    kind = corpus_format(path)
+    if kind == "txt":
+        return ((f"{path}:{n}", line) for n, line in enumerate(iter_lines(path), 1))
+    if kind == "jsonl":
+        return _jsonl(path, column)
+    if kind == "parquet":
+        return _parquet(path, column)
+    return _delimited(path, column, "," if kind == "csv" else "\t")
+
+
+def clean(text: str | None) -> str:
+    """A text as it is trained on: one line (a line break inside a field becomes a space),
+    stripped; "" when blank."""
+    if text is None or is_blank(text):
+        return ""
+    return " ".join(text.replace("\r\n", "\n").replace("\r", "\n").split("\n")).strip()
+
+
+def text_hash(text: str) -> int:
+    """64 bits of a text, for finding repeats without keeping the texts."""
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+
+
+@dataclass
+class CorpusRules:
+    """What the corpus stage keeps: params `train.text_column`, `train.drop_duplicates` and
+    `data.corpus_size`, and the least it must keep (`train.batch_size`)."""
+
+    text_column: str = "text"
+    drop_duplicates: bool = False
+    size: int = 1_000_000
+    batch_size: int = 1
+
+
+@dataclass
+class CorpusStats:
+    """What the two passes counted: the card's numbers apart from tokens and overlap."""
+
+    read: int = 0
+    blank: int = 0
+    duplicates: int = 0  # texts equal to an earlier one, dropped or not
+    dropped: dict[str, int] = field(default_factory=dict)
+    kept: int = 0
+
+
+def repeats(path: Path, rules: CorpusRules, stats: CorpusStats) -> np.ndarray:
+    """First pass: whether each non-blank text repeats an earlier one (counted in `stats`)."""
+    hashes = array("Q")  # 8 bytes a text
+    for _, text in read_texts(path, rules.text_column):
+        stats.read += 1
+        line = clean(text)
+        if line:
+            hashes.append(text_hash(line))
+        else:
+            stats.blank += 1
+    values = np.frombuffer(hashes, dtype=np.uint64)
+    order = np.argsort(values, kind="stable")
+    repeated = np.zeros(len(values), dtype=bool)
+    repeated[order[1:]] = values[order[1:]] == values[order[:-1]]
+    stats.duplicates = int(repeated.sum())
+    return repeated
+
+
+def kept_sentences(path: Path, rules: CorpusRules, stats: CorpusStats) -> Iterator[str]:
+    """Both passes: the sentences kept, in the file's order; `stats` filled when exhausted.
+    A file that keeps fewer than a batch is a `DataFormatError` naming it."""
+    repeated = repeats(path, rules, stats)
+    dropped = Counter({"blank": stats.blank})
+    index = 0
+    for _, text in read_texts(path, rules.text_column):
+        line = clean(text)
+        if not line:
+            continue
+        index += 1
+        if rules.drop_duplicates and repeated[index - 1]:
+            dropped["duplicate"] += 1
+        elif stats.kept >= rules.size:
+            dropped["beyond_corpus_size"] += 1
+        else:
+            stats.kept += 1
+            yield line
+    stats.dropped = {k: dropped[k] for k in ("blank", "duplicate", "beyond_corpus_size")}
+    if stats.kept == 0:
+        raise DataFormatError(
+            f"{path}: no usable sentence ({stats.read} texts read, every one blank)"
+        )
+    if stats.kept < rules.batch_size:
+        raise DataFormatError(
+            f"{path}: {stats.kept} sentences kept, fewer than a batch (train.batch_size: "
+            f"{rules.batch_size}); add sentences or lower train.batch_size"
+        )
+
+
+@dataclass
+class Card:
+    """The data card's token and overlap counts, added to a sentence at a time: token lengths
+    with the model's special tokens (against `max_length`, where training cuts), unknown
+    tokens, and the sentences that are also test sentences (`is_test`)."""
+
+    tokenizer: Any
+    max_length: int
+    is_test: Callable[[str], bool]
+    batch: int = 10_000
+    lengths: Counter[int] = field(default_factory=Counter)
+    tokens: int = 0
+    unknown: int = 0
+    in_test: int = 0
+    sample: list[str] = field(default_factory=list)
+    pending: list[str] = field(default_factory=list)
+
+    def add(self, sentence: str) -> None:
+        if self.is_test(sentence):
+            self.in_test += 1
+            if len(self.sample) < OVERLAP_SAMPLE:
+                self.sample.append(sentence)
+        self.pending.append(sentence)
+        if len(self.pending) == self.batch:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        ids = self.tokenizer(self.pending, add_special_tokens=False)["input_ids"]
+        special = self.tokenizer.num_special_tokens_to_add(pair=False)
+        unk = self.tokenizer.unk_token_id
+        for row in ids:
+            self.lengths[len(row) + special] += 1
+            self.tokens += len(row)
+            self.unknown += row.count(unk) if unk is not None else 0
+        self.pending.clear()
+
+    def numbers(self) -> dict[str, Any]:
+        """The card's `tokens` and `test_overlap` sections."""
+        self.flush()
+        ordered = sorted(self.lengths.items())
+        total = sum(count for _, count in ordered)
+        cumulative = np.cumsum([count for _, count in ordered])
+
+        def percentile(p: int) -> int:  # the nearest-rank percentile
+            return ordered[int(np.searchsorted(cumulative, math.ceil(total * p / 100)))][0]
+
+        cut = sum(count for length, count in ordered if length > self.max_length)
+        return {
+            "tokens": {
+                **{f"p{p}": percentile(p) for p in PERCENTILES},
+                "max": ordered[-1][0],
+                "cut_share": cut / total,
+                "unknown_rate": self.unknown / max(self.tokens, 1),
+            },
+            "test_overlap": {"sentences": self.in_test, "sample": self.sample},
+        }
