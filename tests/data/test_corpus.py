@@ -36,7 +36,7 @@ def _txt(texts: list[str | None]) -> bytes:
 
 def _csv(texts: list[str | None]) -> bytes:
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
+    writer = csv.writer(out)  # RFC 4180: CRLF line ends, so a field with a lone CR is quoted
     writer.writerow(["id", "text"])
     writer.writerows([i, t or ""] for i, t in enumerate(texts))
     return out.getvalue().encode()
@@ -252,3 +252,13 @@ def test_card_by_hand() -> None:
         },
         "test_overlap": {"sentences": 1, "sample": ["b b"]},
     }
+
+
+def test_a_file_that_grows_between_the_passes_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, "corpus.txt", ["a", "b"])
+    stats = CorpusStats()
+    sentences = kept_sentences(path, CorpusRules(), stats)
+    assert next(sentences) == "a"  # the first pass is done
+    path.write_text("a\nb\nc\n")
+    with pytest.raises(DataFormatError, match=r"corpus\.txt: it changed while it was read"):
+        list(sentences)

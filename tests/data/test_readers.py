@@ -267,3 +267,18 @@ def test_askubuntu_blank_title_is_no_title(tmp_path: Path) -> None:
     _askubuntu(tmp_path, "1\ta title\n2\t\u200b \tbody\n".encode())
     with pytest.raises(readers.DataFormatError, match=r"test\.txt:1: question id '2' has no title"):
         readers.read_askubuntu(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda data: data[: len(data) // 2],  # cut short: EOFError inside gzip
+        lambda data: data[:20] + bytes(len(data) - 20),  # its deflate stream zeroed: zlib.error
+        lambda data: b"plain text, not gzip\n",  # BadGzipFile, an OSError
+    ],
+)
+def test_damaged_gzip_is_one_error_naming_the_file(tmp_path: Path, damage) -> None:
+    path = tmp_path / "corpus.txt.gz"
+    path.write_bytes(damage(gzip.compress(b"".join(b"line %d\n" % i for i in range(2000)))))
+    with pytest.raises(readers.DataFormatError, match=rf"^{path}: not gzip, or its data"):
+        list(readers.iter_lines(path))

@@ -224,6 +224,8 @@ def kept_sentences(path: Path, rules: CorpusRules, stats: CorpusStats) -> Iterat
         if not line:
             continue
         index += 1
+        if index > len(repeated):
+            raise DataFormatError(f"{path}: it changed while it was read; run the stage again")
         if rules.drop_duplicates and repeated[index - 1]:
             dropped["duplicate"] += 1
         elif stats.kept >= rules.size:

@@ -44,6 +44,7 @@ import codecs
 import gzip
 import math
 import unicodedata
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,11 +97,21 @@ def iter_lines(path: Path, encoding: str = "utf-8") -> Iterator[str]:
     """Stream the lines of `path` (gunzipped if ``.gz``) under the policy above, each decoded alone.
 
     Lines break at ``\\n``, ``\\r\\n`` and a lone ``\\r``, which a line loses; a UTF-8 BOM at the
-    start is dropped. A missing file, a UTF-16/32 BOM, a NUL or an undecodable line is a
-    `DataFormatError` naming the file (and line). Line numbers count every break.
+    start is dropped. A missing file, a UTF-16/32 BOM, a NUL, an undecodable line or damaged gzip
+    data is a `DataFormatError` naming the file (and line). Line numbers count every break.
     """
     if not path.is_file():
         raise DataFormatError(f"{path}: file not found")
+    try:
+        yield from _lines(path, encoding)
+    except (OSError, EOFError, zlib.error) as err:
+        if path.suffix != ".gz":
+            raise
+        raise DataFormatError(f"{path}: not gzip, or its data is damaged ({err})") from err
+
+
+def _lines(path: Path, encoding: str) -> Iterator[str]:
+    """`iter_lines` but for the errors of a damaged gzip file."""
     with gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb") as f:
         head = f.peek(4)[:4]
         for bom, name in WIDE_BOMS.items():
