@@ -135,6 +135,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--tasks", nargs="+", default=list(TRANSFER_TASKS), choices=TRANSFER_TASKS)
     parser.add_argument("--data", type=Path, default=ROOT / "data/raw")
+    parser.add_argument("--corpus", type=Path, default=ROOT / "data/corpus.txt")  # TF-IDF's IDF
     parser.add_argument("--params", default=str(ROOT / "params.yaml"))
     parser.add_argument("--cache", type=Path, default=Path("/tmp/sentemb-transfer-vectors"))
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("transfer.json"))
@@ -158,7 +159,7 @@ def main() -> None:
 
         def load(name: str = name, loaded: list[SentenceEncoder] = loaded) -> SentenceEncoder:
             if not loaded:
-                loaded.append(load_encoder(name, "en", params, args.data))
+                loaded.append(load_encoder(name, "en", params, args.corpus))
             return loaded[0]
 
         seconds[name], results[name] = {}, {}

@@ -44,6 +44,7 @@ def parser() -> Parser:
     parser.input("--data", default="data/raw", folder=True)
     parser.input("--params", default="params.yaml", folder=False)
     parser.input("--refined", folder=True, help="a refine stage output folder")
+    parser.input("--corpus", folder=False, help="the TF-IDF baseline's English IDF corpus")
     parser.outputs("--predictions-dir", help="for <suite>.npz of the pair suites")
     return parser
 
@@ -65,7 +66,7 @@ def main() -> None:
     model = model_names(params, args.model)[0]
     tracked = {"model": model, "eval": {s: params.get("eval", {}).get(s, {}) for s in suites}}
     with mlflow_run("evaluate", tracked, run_name=f"evaluate:{model}") as run:
-        results = evaluate_model(suites, params, args.data, args.model, args.refined)
+        results = evaluate_model(suites, params, args.data, args.model, args.refined, args.corpus)
         for suite, path in predictions.items():
             write_predictions(path, results[suite].pairs)
         for suite, path in outputs.items():

@@ -64,9 +64,10 @@ class SuiteResult:
 
 
 def load_encoders(
-    params: dict[str, Any], model: str | None, languages: Collection[str], data: Path
+    params: dict[str, Any], model: str | None, languages: Collection[str], corpus: Path | None
 ) -> tuple[dict[str, CachedEncoder], dict[str, str]]:
-    """A cached encoder per language of `languages` and the model name behind each."""
+    """A cached encoder per language of `languages` and the model name behind each (`corpus`:
+    the TF-IDF baseline's, `load_encoder`)."""
     english, chinese = model_names(params, model)
     names = {ENGLISH: english, CHINESE: chinese}
     shared = (
@@ -80,7 +81,8 @@ def load_encoders(
             encoders[CHINESE] = encoders[ENGLISH]
         else:
             code = "zh" if language == CHINESE else "en"
-            encoders[language] = CachedEncoder(load_encoder(names[language], code, params, data))
+            encoder = load_encoder(names[language], code, params, corpus)
+            encoders[language] = CachedEncoder(encoder)
     return encoders, {language: names[language] for language in encoders}
 
 
@@ -90,10 +92,11 @@ def evaluate_model(
     data: Path,
     model: str | None = None,
     refined: Path | None = None,
+    corpus: Path | None = None,
 ) -> dict[str, SuiteResult]:
     """Each of `suites` scored on `model` (default: `model.name_or_path`; `tfidf`: the TF-IDF
-    baseline) and, with `refined` (a refine stage output), after each refinement fitted there
-    for the suites of `refine.suites`.
+    baseline, its English IDF fitted on `corpus`) and, with `refined` (a refine stage output),
+    after each refinement fitted there for the suites of `refine.suites`.
 
     Vectors that cannot be scored, a NaN score, a suite with no task scored, an absence the
     download manifest does not explain and a refinement of another model are each an error.
@@ -104,7 +107,7 @@ def evaluate_model(
     batch_size = section(params, "model", ModelConfig).batch_size
     evaluators = {name: build_evaluator(name, params, data, batch_size) for name in suites}
     languages = {lang for name in suites for lang in SUITES[name].cls.languages}
-    encoders, names = load_encoders(params, model, languages, data)
+    encoders, names = load_encoders(params, model, languages, corpus)
     refined_encoders: dict[str, dict[str, SentenceEncoder]] = {}
     methods: list[str] = []  # the refinements, scored on the suites of `refine.suites`
     refined_suites: list[str] = []

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sentemb.config import ConfigError, section
+from sentemb.data import corpus as corpus_module
 from sentemb.data.corpus import (
     Card,
     CorpusRules,
@@ -155,7 +156,11 @@ def test_not_utf8_is_named_at_its_line(tmp_path: Path, name: str) -> None:
 @pytest.mark.parametrize(
     ("name", "data", "message"),
     [
-        ("c.csv", b"id,body\n1,a\n", r"c\.csv:1: no column 'text' \(train\.text_column\)"),
+        (
+            "c.csv",
+            b"id,body\n1,a\n",
+            r"c\.csv:1: column 'text' \(train\.text_column\) is not in the header",
+        ),
         ("c.tsv", b"id\ttext\n1\ta\n2\n", r"c\.tsv:3: 1 fields, no 'text'"),
         ("c.csv", b'text\n"a\n', r"c\.csv:\d+: not valid csv"),
         ("c.jsonl", b'{"text": "a"}\n{"body": "b"}\n', r"c\.jsonl:2: no key 'text'"),
@@ -177,7 +182,7 @@ def test_a_bad_row_is_one_error_naming_file_and_line(
 def test_a_parquet_column_must_exist_and_hold_strings(tmp_path: Path) -> None:
     path = tmp_path / "c.parquet"
     pq.write_table(pa.table({"text": ["a", "b"], "n": [1, 2]}), path)
-    with pytest.raises(DataFormatError, match=r"no column 'body' \(train\.text_column\)"):
+    with pytest.raises(DataFormatError, match=r"column 'body' \(train\.text_column\) is not among"):
         sentences(path, text_column="body")
     with pytest.raises(DataFormatError, match=r"'n' \(train\.text_column\) is of type int64"):
         sentences(path, text_column="n")
@@ -254,11 +259,90 @@ def test_card_by_hand() -> None:
     }
 
 
-def test_a_file_that_grows_between_the_passes_is_refused(tmp_path: Path) -> None:
-    path = write(tmp_path, "corpus.txt", ["a", "b"])
-    stats = CorpusStats()
-    sentences = kept_sentences(path, CorpusRules(), stats)
-    assert next(sentences) == "a"  # the first pass is done
-    path.write_text("a\nb\nc\n")
+@pytest.mark.parametrize(
+    ("name", "data", "message"),
+    [
+        ("c.jsonl", b'{"text": "a\\u0000b"}\n', r"c\.jsonl:1: NUL character in column 'text'"),
+        ("c.jsonl", b'{"text": "a\\ud800b"}\n', r"c\.jsonl:1: column 'text' is not Unicode text"),
+        ("c.jsonl", b"[" * 100_000 + b"\n", r"c\.jsonl:1: not JSON"),
+        ("c.csv", b"text,text\na,b\n", r"c\.csv:1: column 'text' .* is twice in the header"),
+        (
+            "c.txt.GZ",
+            b"a\n",
+            r"train\.corpus: .*c\.txt\.GZ: not a corpus format",
+        ),
+    ],
+)
+def test_a_text_no_text_file_may_hold_is_refused_where_it_is(
+    tmp_path: Path, name: str, data: bytes, message: str
+) -> None:
+    """What `data/corpus.txt` could not hold, or would hold wrongly, is refused naming the
+    user's file, not a later stage's."""
+    path = tmp_path / name
+    path.write_bytes(data)
+    with pytest.raises((DataFormatError, ConfigError), match=message):
+        check_corpus_path(name, tmp_path)
+        sentences(path)
+
+
+def test_parquet_nul_repeated_column_and_damage_are_named(tmp_path: Path) -> None:
+    path = tmp_path / "c.parquet"
+    pq.write_table(pa.table({"text": ["a", "b\0c"]}), path)
+    with pytest.raises(DataFormatError, match=r"c\.parquet: row 2: NUL character"):
+        sentences(path)
+    table = pa.Table.from_arrays([pa.array(["a"]), pa.array(["b"])], names=["text", "text"])
+    pq.write_table(table, path)
+    with pytest.raises(DataFormatError, match=r"column 'text' \(train\.text_column\) is twice"):
+        sentences(path)
+    pq.write_table(pa.table({"text": [f"sentence {i}" for i in range(5000)]}), path)
+    data = bytearray(path.read_bytes())
+    data[100:4000] = bytes(3900)  # the first data page zeroed; footer intact
+    path.write_bytes(bytes(data))
+    with pytest.raises(DataFormatError, match=r"c\.parquet: rows from 1: damaged"):
+        sentences(path)
+
+
+@pytest.mark.parametrize("change", ["a\nb\n", "a\nB\nc\n", "a\nb\nc\nd\n"])
+def test_a_file_changed_between_the_passes_is_refused(
+    tmp_path: Path, change: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Shorter, as long but other, or longer when the second pass reads it."""
+    path = write(tmp_path, "corpus.txt", ["a", "b", "c"])
+    first_pass = corpus_module.repeats
+
+    def then_changed(*args: object) -> object:
+        found = first_pass(*args)
+        path.write_text(change)
+        return found
+
+    monkeypatch.setattr(corpus_module, "repeats", then_changed)
     with pytest.raises(DataFormatError, match=r"corpus\.txt: it changed while it was read"):
-        list(sentences)
+        sentences(path)
+
+
+def test_a_long_csv_field_and_a_header_over_two_lines(tmp_path: Path) -> None:
+    path = tmp_path / "c.csv"
+    long = "word " * 40_000  # 200,000 characters: past csv's default field limit
+    path.write_text(f'"te\nxt",id\n"{long}",1\n"a",\n')
+    with pytest.raises(DataFormatError, match=r"c\.csv:1: column 'text'"):
+        sentences(path)  # the header's column is "te\nxt"
+    path.write_text(f'text,"i\nd"\n"{long}",1\n,2\n3\n')
+    with pytest.raises(DataFormatError, match=r"c\.csv:5: 1 fields|c\.csv:5: .*"):
+        sentences(path, text_column="i\nd")
+    assert sentences(path)[0] == [long.strip(), "3"]
+
+
+def test_a_tilde_is_no_home_folder(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"train\.corpus: ~/corpus\.txt: no such file"):
+        check_corpus_path("~/corpus.txt", tmp_path)
+
+
+def test_the_tfidf_baseline_fits_its_english_idf_on_the_corpus_file(tmp_path: Path) -> None:
+    from sentemb.evaluation.encoders import load_encoder
+
+    corpus = write(tmp_path, "corpus.txt", ["a b", "b c"])
+    assert load_encoder("tfidf", "en", {}, corpus).fitted
+    assert not load_encoder("tfidf", "zh", {}, corpus).fitted  # Chinese: what it encodes
+    assert not load_encoder("tfidf", "en", {}).fitted
+    with pytest.raises(DataFormatError, match=r"none\.txt: file not found"):
+        load_encoder("tfidf", "en", {}, tmp_path / "none.txt")

@@ -95,7 +95,7 @@ def test_unknown_pooler_is_refused_naming_its_param_before_the_model_is_looked_u
     values: dict, language: str, param: str, tmp_path: Path
 ) -> None:
     with pytest.raises(ConfigError, match=rf"^{param}: 'max' is not one of \['auto', 'cls', "):
-        load_encoder("./no-such-model", language, values, tmp_path)
+        load_encoder("./no-such-model", language, values)
 
 
 def test_a_file_is_no_model_folder(tmp_path: Path) -> None:
@@ -109,9 +109,9 @@ def test_missing_folder_names_the_param_that_set_it(tiny_st, tmp_path: Path) -> 
         method_loss("dclr", tiny_st, {"dclr": {"complementary_model": "./nope"}})
     params = {"eval": {"chinese": {"model": "./nope"}}}
     with pytest.raises(ConfigError, match=r"^eval\.chinese\.model: \./nope: no such model folder"):
-        load_encoder("./nope", "zh", params, tmp_path)
+        load_encoder("./nope", "zh", params)
     with pytest.raises(ConfigError, match=r"^model\.name_or_path: \./nope: no such model folder"):
-        load_encoder("./nope", "zh", {}, tmp_path)
+        load_encoder("./nope", "zh", {})
 
 
 # -- a hub name that cannot be downloaded --------------------------------------------------------

@@ -411,7 +411,12 @@ def test_read_only_output_folder_is_one_error(downloaded: Path, read_only: Path,
     [
         ("c.txt", None, {}, "train.corpus: c.txt: no such file"),
         ("c.txt", b"fine\nbad \xff\n", {}, "{path}:2: not valid utf-8"),
-        ("c.csv", b"id,body\n1,a\n", {}, "{path}:1: no column 'text' (train.text_column)"),
+        (
+            "c.csv",
+            b"id,body\n1,a\n",
+            {},
+            "{path}:1: column 'text' (train.text_column) is not in the header",
+        ),
         ("c.jsonl", b'{"text": " "}\n{"text": null}\n', {}, "{path}: no usable sentence"),
         ("c.txt", b"a\nb\n", {"batch_size": 3}, "{path}: 2 sentences kept, fewer than a batch"),
         ("c.json", b"[]", {}, "train.corpus: {path}: not a corpus format"),

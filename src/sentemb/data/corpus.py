@@ -10,7 +10,9 @@ Every text is read under `sentemb.data.readers`' line policy (a BOM dropped; CRL
 line ends; not UTF-8 is an error naming the file and line), stripped, and a line break inside
 a field becomes a space. A blank text is dropped; a repeated one is dropped when
 `train.drop_duplicates`; at most `data.corpus_size` are kept, the first ones. The first pass
-keeps 8 bytes a text (a hash, for the duplicates); the second writes the kept sentences.
+keeps a 64-bit hash of each text (about 33 bytes a text at the peak, with their order); the
+second writes the kept sentences, each checked against its hash (a file that changed in between
+is refused).
 """
 
 from __future__ import annotations
@@ -36,13 +38,13 @@ GZIPPED = ("txt", "csv", "tsv", "jsonl")  # parquet compresses itself
 PERCENTILES = (50, 90, 95, 99)
 OVERLAP_SAMPLE = 5  # corpus sentences found in test sets, listed in the card
 PARQUET_BATCH = 10_000
+FIELD_LIMIT = 2**31 - 1  # csv's default, 131,072 characters, refuses a long text
 
 
 def corpus_format(path: Path) -> str:
     """The format of `path` by its suffixes (`.txt`, `.csv.gz`, ...); else a `ConfigError`."""
-    name = path.name.lower()
-    gzipped = name.endswith(".gz")
-    kind = Path(name.removesuffix(".gz")).suffix.lstrip(".")
+    gzipped = path.name.endswith(".gz")  # as the readers unzip it: in lower case
+    kind = Path(path.name.removesuffix(".gz")).suffix.lstrip(".").lower()
     if kind in FORMATS and (not gzipped or kind in GZIPPED):
         return kind
     known = ", ".join([f".{f}" for f in FORMATS] + [f".{f}.gz" for f in GZIPPED])
@@ -52,7 +54,7 @@ def corpus_format(path: Path) -> str:
 def check_corpus_path(value: str, root: Path) -> Path:
     """`train.corpus` as a path under `root` (the repo) or absolute: one file that exists, in a
     known format; else a `ConfigError` naming the param."""
-    path = Path(value).expanduser()
+    path = Path(value)  # no `~`: DVC, which hashes it, does not expand one either
     path = path if path.is_absolute() else root / path
     if not path.exists():
         raise ConfigError(
@@ -67,13 +69,23 @@ def check_corpus_path(value: str, root: Path) -> Path:
 
 
 def _field(text: Any, where: str, column: str) -> str | None:
-    """A row's text: a string, None for a null (blank), else an error naming the row."""
-    if text is None or isinstance(text, str):
-        return text
-    raise DataFormatError(
-        f"{where}: column {column!r} (train.text_column) holds a {type(text).__name__}, "
-        "not a string"
-    )
+    """A row's text: a string, None for a null (blank), else an error naming the row (also
+    for a NUL or a lone surrogate, which no text file of the pipeline may hold)."""
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise DataFormatError(
+            f"{where}: column {column!r} (train.text_column) holds a {type(text).__name__}, "
+            "not a string"
+        )
+    if "\0" in text:
+        raise DataFormatError(f"{where}: NUL character in column {column!r}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        reason = f"{where}: column {column!r} is not Unicode text: {err.reason}"
+        raise DataFormatError(reason) from err
+    return text
 
 
 def _delimited(path: Path, column: str, delimiter: str) -> Iterator[tuple[str, str | None]]:
@@ -81,17 +93,19 @@ def _delimited(path: Path, column: str, delimiter: str) -> Iterator[tuple[str, s
     by the line its row starts on."""
     quoting = csv.QUOTE_MINIMAL if delimiter == "," else csv.QUOTE_NONE
     lines = (line + "\n" for line in iter_lines(path))
+    csv.field_size_limit(FIELD_LIMIT)  # a field as long as a line of a .txt corpus
     rows = csv.reader(lines, delimiter=delimiter, quoting=quoting, strict=True)
-    start = 1
     try:
         header = next(rows, None)
         if header is None:
             raise DataFormatError(f"{path}: file is empty")
-        if column not in header:
+        if header.count(column) != 1:
+            found = "is twice" if column in header else "is not"
             raise DataFormatError(
-                f"{path}:1: no column {column!r} (train.text_column); the header has {header}"
+                f"{path}:1: column {column!r} (train.text_column) {found} in the header {header}"
             )
         index = header.index(column)
+        start = rows.line_num
         for row in rows:
             where, start = f"{path}:{start + 1}", rows.line_num
             if len(row) <= index and row:
@@ -113,7 +127,7 @@ def _jsonl(path: Path, column: str) -> Iterator[tuple[str, str | None]]:
         where = f"{path}:{lineno}"
         try:
             row = json.loads(line)
-        except ValueError as err:
+        except (ValueError, RecursionError) as err:
             raise DataFormatError(f"{where}: not JSON: {err}") from err
         if not isinstance(row, dict):
             raise DataFormatError(f"{where}: a JSON {type(row).__name__}, not an object")
@@ -132,19 +146,32 @@ def _parquet(path: Path, column: str) -> Iterator[tuple[str, str | None]]:
         table = pq.ParquetFile(path)
     except (pa.ArrowException, OSError) as err:
         raise DataFormatError(f"{path}: not a Parquet file: {err}") from err
-    names = table.schema_arrow.names
-    if column not in names:
-        raise DataFormatError(f"{path}: no column {column!r} (train.text_column); it has {names}")
-    kind = table.schema_arrow.field(column).type
-    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-        raise DataFormatError(
-            f"{path}: column {column!r} (train.text_column) is of type {kind}, not a string"
-        )
-    row = 0
-    for batch in table.iter_batches(batch_size=PARQUET_BATCH, columns=[column]):
-        for text in batch.column(0).to_pylist():
-            row += 1
-            yield f"{path}: row {row}", text
+    with table:
+        names = table.schema_arrow.names
+        if names.count(column) != 1:
+            found = "is twice" if column in names else "is not"
+            raise DataFormatError(
+                f"{path}: column {column!r} (train.text_column) {found} among its columns {names}"
+            )
+        kind = table.schema_arrow.field(column).type
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+            raise DataFormatError(
+                f"{path}: column {column!r} (train.text_column) is of type {kind}, not a string"
+            )
+        row = 0
+        batches = table.iter_batches(batch_size=PARQUET_BATCH, columns=[column])
+        while True:
+            try:
+                texts = next(batches).column(0).to_pylist()
+            except StopIteration:
+                return
+            except (pa.ArrowException, OSError, UnicodeDecodeError) as err:
+                where = f"{path}: rows from {row + 1}"
+                raise DataFormatError(f"{where}: damaged, or text not UTF-8: {err}") from err
+            for text in texts:
+                row += 1
+                where = f"{path}: row {row}"
+                yield where, _field(text, where, column)
 
 
 def read_texts(path: Path, column: str = "text") -> Iterator[tuple[str, str | None]]:
@@ -195,8 +222,9 @@ class CorpusStats:
     kept: int = 0
 
 
-def repeats(path: Path, rules: CorpusRules, stats: CorpusStats) -> np.ndarray:
-    """First pass: whether each non-blank text repeats an earlier one (counted in `stats`)."""
+def repeats(path: Path, rules: CorpusRules, stats: CorpusStats) -> tuple[np.ndarray, np.ndarray]:
+    """First pass: each non-blank text's hash, and whether it repeats an earlier one (counted
+    in `stats`)."""
     hashes = array("Q")  # 8 bytes a text
     for _, text in read_texts(path, rules.text_column):
         stats.read += 1
@@ -210,13 +238,14 @@ def repeats(path: Path, rules: CorpusRules, stats: CorpusStats) -> np.ndarray:
     repeated = np.zeros(len(values), dtype=bool)
     repeated[order[1:]] = values[order[1:]] == values[order[:-1]]
     stats.duplicates = int(repeated.sum())
-    return repeated
+    return values, repeated
 
 
 def kept_sentences(path: Path, rules: CorpusRules, stats: CorpusStats) -> Iterator[str]:
     """Both passes: the sentences kept, in the file's order; `stats` filled when exhausted.
     A file that keeps fewer than a batch is a `DataFormatError` naming it."""
-    repeated = repeats(path, rules, stats)
+    values, repeated = repeats(path, rules, stats)
+    changed = DataFormatError(f"{path}: it changed while it was read; run the stage again")
     dropped = Counter({"blank": stats.blank})
     index = 0
     for _, text in read_texts(path, rules.text_column):
@@ -224,8 +253,8 @@ def kept_sentences(path: Path, rules: CorpusRules, stats: CorpusStats) -> Iterat
         if not line:
             continue
         index += 1
-        if index > len(repeated):
-            raise DataFormatError(f"{path}: it changed while it was read; run the stage again")
+        if index > len(values) or text_hash(line) != values[index - 1]:
+            raise changed
         if rules.drop_duplicates and repeated[index - 1]:
             dropped["duplicate"] += 1
         elif stats.kept >= rules.size:
@@ -233,6 +262,8 @@ def kept_sentences(path: Path, rules: CorpusRules, stats: CorpusStats) -> Iterat
         else:
             stats.kept += 1
             yield line
+    if index != len(values):
+        raise changed
     stats.dropped = {k: dropped[k] for k in ("blank", "duplicate", "beyond_corpus_size")}
     if stats.kept == 0:
         raise DataFormatError(

@@ -18,18 +18,19 @@ from sentemb.model_config import ModelConfig
 from sentemb.tfidf import TfidfConfig, TfidfEncoder
 
 
-def load_encoder(name: str, language: str, params: dict[str, Any], data: Path) -> SentenceEncoder:
-    """A neural encoder for a model name or folder, or the TF-IDF baseline for `tfidf`.
+def load_encoder(
+    name: str, language: str, params: dict[str, Any], corpus: Path | None = None
+) -> SentenceEncoder:
+    """A neural encoder for a model name or folder, or the TF-IDF baseline for `tfidf`, its
+    English IDF fitted on `corpus` (the corpus stage's file; without one, on the sentences it
+    encodes).
 
     Chinese (`language="zh"`) uses the pooler of `eval.chinese`; a model that cannot be loaded
     is an error naming `eval.chinese.model` when that is set, else `model.name_or_path`.
     """
     if name == "tfidf":
-        corpus_file = data / "corpus" / "train.txt"
-        corpus = None
-        if language == "en" and corpus_file.is_file():
-            corpus = list(read_corpus(corpus_file))
-        return TfidfEncoder(language, section(params, "tfidf", TfidfConfig), corpus)
+        sentences = list(read_corpus(corpus)) if language == "en" and corpus else None
+        return TfidfEncoder(language, section(params, "tfidf", TfidfConfig), sentences)
     model = section(params, "model", ModelConfig)
     pooler, pooler_param, param = model.pooler, "model.pooler", "model.name_or_path"
     if language == "zh":

@@ -148,7 +148,7 @@ def fit_refinements(
     idf = read_idf(phrases) if keywords else None
     fitted: dict[str, Fitted] = {}
     metrics: dict[str, dict[str, float]] = {}
-    english_model = load_encoder(model, "en", params, data)
+    english_model = load_encoder(model, "en", params)
     english = CachedEncoder(english_model)
     parts = build(config, Context(english.mask_token, False, idf))
     sentences = None
@@ -167,7 +167,7 @@ def fit_refinements(
         values, drawn = entry.cls.curves(fit, vectors, tried.get(name, []), dev_none)
         metrics[ENGLISH_SCOPE] |= values
         curves += drawn
-    chinese_encoder = load_encoder(chinese_model, "zh", params, data)
+    chinese_encoder = load_encoder(chinese_model, "zh", params)
     chinese = CachedEncoder(chinese_encoder)
     zh_parts = build(config, Context(chinese.mask_token, True, None))
     probe = ChineseEvaluator(data)
