@@ -46,7 +46,7 @@ def test_phrase_length_and_count_params() -> None:
     ]
 
 
-@pytest.mark.parametrize("param", ["phrases.language", "paser.stopwords"])
+@pytest.mark.parametrize("param", ["phrases.language", "paser.language"])
 @pytest.mark.parametrize(
     "language", ["../x", "../stopwords/english", "README", "", "English", "english ", "klingon"]
 )

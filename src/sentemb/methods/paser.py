@@ -57,7 +57,7 @@ class PaSeRConfig:
     mlm_probability: Annotated[float, Range(0, 1, open_low=True, open_high=True)] = 0.15
     augment: list[str] = field(default_factory=lambda: ["synonym"])  # Table 4: best is SR alone
     augment_ratio: Annotated[float, Range(0, 1, open_high=True)] = 0.1
-    stopwords: str = "english"
+    language: str = "english"  # an NLTK stopword list: EDA's stopwords and wordnet, RAKE's
 
     def validate(self) -> list[str]:
         unknown = sorted(set(self.augment) - set(EDA_OPERATIONS))
@@ -242,8 +242,9 @@ class PaSeRInputs:
         self.eda = EDA(
             config.augment,
             config.augment_ratio,
-            frozenset(nltk_stopwords(config.stopwords, "paser.stopwords")),
+            frozenset(nltk_stopwords(config.language, "paser.language")),
             frozenset({tokenizer.mask_token}),
+            config.language,
         )
         self.masking = DataCollatorForLanguageModeling(
             tokenizer, mlm_probability=config.mlm_probability
@@ -258,7 +259,7 @@ class PaSeRInputs:
     def phrases_of(self, text: str) -> list[tuple[int, int]]:
         """RAKE's phrase spans of `text`, best first (where no phrases were given)."""
         if self._rake is None:
-            config = PhrasesConfig(language=self.config.stopwords, top_k=self.config.mask_phrases)
+            config = PhrasesConfig(language=self.config.language, top_k=self.config.mask_phrases)
             self._rake = Extractor(config, None)
         return [(int(p[2]), int(p[3])) for p in self._rake.phrases(text)]
 

@@ -463,10 +463,17 @@ def paser_phrases(
     params: Mapping[str, Any], sentences: Sequence[str]
 ) -> dict[str, list[tuple[int, int]]]:
     """PaSeR's phrase spans of each training sentence, from the phrases stage's file
-    (`paser.phrases`); a file made from another corpus (a row per distinct sentence, no more)
-    or with fewer phrases than PaSeR masks (`phrases.top_k`) is refused, naming the param."""
+    (`paser.phrases`); a file made from another corpus (a row per distinct sentence, no more),
+    in another language than PaSeR's (`phrases.language`) or with fewer phrases than PaSeR
+    masks (`phrases.top_k`) is refused, naming the param."""
     paser = section(params, "paser", PaSeRConfig)
-    top_k = section(params, "phrases", PhrasesConfig).top_k
+    phrases = section(params, "phrases", PhrasesConfig)
+    top_k = phrases.top_k
+    if paser.language != phrases.language:
+        raise ConfigError(
+            f"paser.language: {paser.language!r}, but the phrases stage finds phrases in "
+            f"phrases.language: {phrases.language!r}; both are the corpus's language"
+        )
     if paser.mask_phrases > top_k:
         raise ConfigError(
             f"paser.mask_phrases: {paser.mask_phrases} is more than the {top_k} phrases the "
