@@ -278,9 +278,13 @@ def _coerce(value: Any, annotation: Any, where: str, nullable: bool = False) -> 
 def from_dict(cls: type[T], values: dict[str, Any] | None, where: str) -> T:
     """Build dataclass `cls` from `values`; unknown keys and bad types raise `ConfigError`."""
     values = {} if values is None else values
+    hints = typing.get_type_hints(cls, include_extras=True)
+    listed = getattr(cls, "LIST", None)  # a section written as the list of this field
+    if listed is not None and isinstance(values, list):
+        config = cls(**{listed: _coerce(values, hints[listed], where)})
+        return _checked(config, where)
     if not isinstance(values, dict):
         raise ConfigError(f"{where}: expected a mapping, got {values!r}")
-    hints = typing.get_type_hints(cls, include_extras=True)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - names)
     if unknown:
@@ -290,6 +294,11 @@ def from_dict(cls: type[T], values: dict[str, Any] | None, where: str) -> T:
         config = cls(**kwargs)
     except TypeError as err:
         raise ConfigError(f"{where}: {err}") from err
+    return _checked(config, where)
+
+
+def _checked(config: T, where: str) -> T:
+    """`config` once its own `validate` finds no problem; else the first, as a `ConfigError`."""
     check = getattr(config, "validate", None)
     if check is not None:
         for problem in check():
