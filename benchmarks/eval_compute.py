@@ -44,7 +44,7 @@ from sentemb.model_config import ModelConfig
 from sentemb.refine.fit import fit_refinements
 from sentemb.registry import SUITES
 from sentemb.training.config import TrainConfig
-from sentemb.training.run import dev_scorer
+from sentemb.training.selection import selection_of
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "data/corpus.txt"  # the corpus stage's
@@ -164,7 +164,7 @@ def count_training(counted: Counted, params: dict, data: Path, run: str) -> int:
     config = section(params, "train", TrainConfig)
     scorings = 1 + len(json.loads((ROOT / "plots/runs" / run / "dev_curve.json").read_text()))
     with counted.under("train: dev scorings"):
-        dev = dev_scorer(data, section(params, "model", ModelConfig).batch_size, config.selection)
+        dev = selection_of(params, data, section(params, "model", ModelConfig).batch_size).scorer
         encoder = Encoder.from_pretrained(str(ROOT / "models" / run), config.eval_pooler)
         for _ in range(scorings):
             dev(encoder)

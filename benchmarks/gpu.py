@@ -69,7 +69,7 @@ from sentemb.model_files import resolve_model
 from sentemb.registry import METHODS
 from sentemb.training.config import TrainConfig
 from sentemb.training.data import training_dataset
-from sentemb.training.run import dev_scorer
+from sentemb.training.selection import selection_of
 
 MIRROR = (ROOT / "../shared/datasets").resolve()
 
@@ -133,8 +133,7 @@ def loop(params: dict, sentences: list[str], steps: int, data: Path, folder: Pat
     job = bench_job(params, "simcse", sentences, folder / "ck")
     config = job.config
     job.config.max_steps = steps
-    dev = dev_scorer(data, section(params, "model", ModelConfig).batch_size, config.selection)
-    job.dev = dev
+    job.dev = selection_of(params, data, section(params, "model", ModelConfig).batch_size)
     spent: dict[str, list[float]] = {"dev": [], "checkpoint": []}
     marks: dict[str, float] = {}
 

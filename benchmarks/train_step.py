@@ -58,6 +58,7 @@ from sentemb.registry import METHODS
 from sentemb.st_model import st_model
 from sentemb.training.config import TrainConfig
 from sentemb.training.run import TrainingJob
+from sentemb.training.selection import Selection
 from sentemb.training.trainer import pick_device
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -162,7 +163,7 @@ def bench_job(
             "simcse": asdict(loss.base),
             **{part: asdict(loss.parts[part].config) for part in loss.parts},
         },
-        lambda encoder: {"STSBenchmark/dev": 0.0},
+        Selection("stsb", lambda encoder: {"STSBenchmark/dev": 0.0}, ["STSBenchmark/dev"], []),
         phrases,
     )
 

@@ -16,7 +16,7 @@ from sentemb.encoder import Encoder
 from sentemb.evaluation.base import PROBE_SIZE, CachedEncoder, UnusableVectors, embed
 from sentemb.evaluation.sts import STSEvaluator
 from sentemb.tfidf import TfidfEncoder
-from sentemb.training.run import dev_metrics, dev_scorer
+from sentemb.training.selection import selection_of
 
 from support.encoders import CountingEncoder
 from support.training import make_job, write_stsb
@@ -129,12 +129,13 @@ def test_model_selection_encodes_only_the_dev_sets_it_averages(
     for split in ("train", "trial", "test_annotated"):  # every file, as for STS-B
         (data / SICK / f"SICK_{split}.txt").write_text(header + "".join(f"{s}\n" for s in sick))
     encoder = CountingEncoder()
-    metrics = dev_scorer(data, 4, selection)(encoder)
+    dev = selection_of({"train": {"selection": selection}}, data, 4)
+    metrics = dev.scorer(encoder)
     expected = {f"{name} {i}" for name in ("sts", "sts pair") for i in range(5)}
     if selection == "stsb+sick":
         expected |= {f"{name} {i}" for name in ("sick", "sick pair") for i in range(5)}
     assert {s for call in encoder.calls for s in call} == expected
-    assert dev_metrics(selection) == keys
+    assert dev.keys == keys
     assert set(keys) <= set(metrics)
     assert ("SICKRelatedness/dev" in metrics) == (selection == "stsb+sick")
 

@@ -21,6 +21,7 @@ from sentemb.phrases import PhrasesConfig, extract, read_phrase_spans
 from sentemb.st_model import st_model
 from sentemb.training.config import TrainConfig
 from sentemb.training.run import TrainingJob
+from sentemb.training.selection import Selection
 
 TESTS = Path(__file__).resolve().parents[1]  # what a script puts on its path to import support
 SENTENCES = [f"sentence number {i} talks about topic {i % 7} and item {i % 5}" for i in range(64)]
@@ -102,7 +103,12 @@ def make_job(
         encoder,
         loss,
         run_key,
-        lambda encoder: {"STSBenchmark/dev": evaluate(encoder)},
+        Selection(
+            "stsb",
+            lambda encoder: {"STSBenchmark/dev": evaluate(encoder)},
+            ["STSBenchmark/dev"],
+            [],
+        ),
         phrases,
     )
 

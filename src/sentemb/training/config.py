@@ -37,7 +37,7 @@ class TrainConfig:
     mlp_head: bool = True
     eval_pooler: str = "cls_before_pooler"
     eval_steps: Count = 125
-    selection: Literal["stsb", "stsb+sick"] = "stsb"
+    selection: str = "stsb"  # stsb | stsb+sick | an eval.own set's name (training.selection)
     checkpoint_minutes: NonNegative = 2.0  # wall time between checkpoints; 0: every step
     log_steps: Count = 10
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"

@@ -19,16 +19,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
 from sentemb.config import SEEDS, ConfigError, parse_spec, run_plan, section
 from sentemb.data.readers import DataFormatError, read_corpus, read_stsb
-from sentemb.data.sources import DATASETS
 from sentemb.encoder import Encoder, autocast_dtype, model_identity, precision_used
 from sentemb.evaluation.base import distinct, probe, scoring
-from sentemb.evaluation.sts import STSConfig, STSEvaluator
 from sentemb.io import atomic_path
 from sentemb.losses import MethodLoss, contrastive, method_loss
 from sentemb.methods.paser import PaSeRConfig
@@ -49,6 +46,7 @@ from sentemb.training.checkpoint import (
 from sentemb.training.config import TrainConfig
 from sentemb.training.data import Collator, training_dataset
 from sentemb.training.modelcard import CardInfo, write_model_card
+from sentemb.training.selection import Selection, selection_of
 from sentemb.training.trainer import (
     ONE_GPU,
     DevScore,
@@ -65,43 +63,6 @@ if TYPE_CHECKING:
     from transformers import TrainerCallback
 
 log = logging.getLogger(__name__)
-
-SELECTION = {  # train.selection -> the dev sets averaged: (STS task, dataset, its file's name part)
-    "stsb": [("STSBenchmark", "STSBenchmark", "sts-dev")],
-    "stsb+sick": [
-        ("STSBenchmark", "STSBenchmark", "sts-dev"),
-        ("SICKRelatedness", "SICK", "SICK_trial"),
-    ],
-}
-
-
-def dev_scorer(data: Path, batch_size: int, selection: str) -> STSEvaluator:
-    """The scorer of model selection: the dev sets of `selection` alone (SimCSE §3: STS-B dev;
-    DCLR: STS-B dev and SICK trial), so training encodes no dev set it does not average."""
-    tasks = [task for task, _, _ in SELECTION[selection]]
-    return STSEvaluator(data, batch_size, STSConfig(tasks), split="dev")
-
-
-def dev_metrics(selection: str) -> list[str]:
-    """The metric keys `dev_scorer(..., selection)` averages."""
-    return [f"{task}/dev" for task, _, _ in SELECTION[selection]]
-
-
-def dev_files(root: Path, selection: str) -> list[Path]:
-    """The files model selection reads; a missing one is an error before anything is built."""
-    files = [
-        root / f.path
-        for _, dataset, part in SELECTION[selection]
-        for f in DATASETS[dataset].files
-        if part in Path(f.path).name
-    ]
-    for path in files:
-        if not path.is_file():
-            raise DataFormatError(
-                f"{path}: not found; train.selection: {selection} selects the model on it "
-                "(download it: data.datasets)"
-            )
-    return files
 
 
 @dataclass
@@ -120,15 +81,14 @@ class TrainingJob:
     encoder: Encoder
     loss: MethodLoss
     run_key: dict[str, Any]
-    dev: STSEvaluator
+    dev: Selection
     phrases: dict[str, list[tuple[int, int]]] | None = None
 
     def dev_score(self) -> float:
         """The mean of the selection's dev metrics (SimCSE §3: STS-B dev Spearman), with the
         evaluation pooler (`UnusableVectors` for vectors that cannot be scored)."""
         with scoring(self.encoder.name):
-            metrics = self.dev(self.encoder)
-        return float(np.mean([metrics[key] for key in dev_metrics(self.config.selection)]))
+            return self.dev.score(self.encoder)
 
     def save_best(self, folder: Path) -> None:
         """The model as the evaluation loads it (`Encoder.save`), and what the loss keeps."""
@@ -242,7 +202,7 @@ class TrainingJob:
         params |= {name: self.run_key[name] for name in self.loss.parts}
         shown = ("best_dev", "best_step", "initial_dev", "steps", "final_loss", "sentences")
         metrics = {k: v for k, v in self.metrics(result).items() if k in shown}
-        metrics["selection"] = " + ".join(dev_metrics(self.config.selection))
+        metrics["selection"] = " + ".join(self.dev.keys)
         info = CardInfo(
             base_model=self.model_config.name_or_path,
             pooler=self.config.eval_pooler,
@@ -406,7 +366,8 @@ def prepare(
     check_pooler(model_config.pooler, "model.pooler", auto=True)  # now, not after training
     sentences = list(read_corpus(corpus))
     check_run(config, len(sentences), str(corpus), contrastive(names), process_count())
-    hashes = {"corpus": lines_hash(sentences), "dev": files_hash(dev_files(data, config.selection))}
+    dev = selection_of(dict(params), data, model_config.batch_size)
+    hashes = {"corpus": lines_hash(sentences), "dev": files_hash(dev.files)}
     phrases = None
     if "paser" in names:
         phrases = paser_phrases(params, sentences)
@@ -442,7 +403,6 @@ def prepare(
         "data": hashes,
         "code": source_hash(),
     }
-    dev = dev_scorer(data, model_config.batch_size, config.selection)
     return TrainingJob(
         spec,
         seed,
