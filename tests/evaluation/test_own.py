@@ -133,7 +133,11 @@ def test_retrieval_metrics_are_sentence_transformers(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("name", "data", "message"),
     [
-        ("s.tsv", "sentence1\tsentence2\n", r"s\.tsv:1: no column 'score'"),
+        (
+            "s.tsv",
+            "sentence1\tsentence2\n",
+            r"s\.tsv:1: column 'score' \(eval\.own\[0\]\.path\) is not among",
+        ),
         (
             "s.tsv",
             "sentence1\tsentence2\tscore\na\tb\tmuch\n",

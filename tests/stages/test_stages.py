@@ -415,11 +415,11 @@ def test_read_only_output_folder_is_one_error(downloaded: Path, read_only: Path,
             "c.csv",
             b"id,body\n1,a\n",
             {},
-            "{path}:1: column 'text' (train.text_column) is not in the header",
+            "{path}:1: column 'text' (train.text_column) is not among",
         ),
         ("c.jsonl", b'{"text": " "}\n{"text": null}\n', {}, "{path}: no usable sentence"),
         ("c.txt", b"a\nb\n", {"batch_size": 3}, "{path}: 2 sentences kept, fewer than a batch"),
-        ("c.json", b"[]", {}, "train.corpus: {path}: not a corpus format"),
+        ("c.json", b"[]", {}, "train.corpus: {path}: not a known format"),
     ],
 )
 def test_corpus_stage_refuses_a_bad_corpus_and_writes_nothing(

@@ -17,9 +17,7 @@ is refused).
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import json
 import math
 from array import array
 from collections import Counter
@@ -32,23 +30,18 @@ import numpy as np
 
 from sentemb.config import ConfigError
 from sentemb.data.readers import DataFormatError, is_blank, iter_lines
+from sentemb.data.tables import TABLES, read_rows, table_format, text_field
 
-FORMATS = ("txt", "csv", "tsv", "jsonl", "parquet")
-GZIPPED = ("txt", "csv", "tsv", "jsonl")  # parquet compresses itself
+FORMATS = ("txt", *TABLES)
+COLUMN = "train.text_column"  # the param a table's column error names
 PERCENTILES = (50, 90, 95, 99)
 OVERLAP_SAMPLE = 5  # corpus sentences found in test sets, listed in the card
-PARQUET_BATCH = 10_000
-FIELD_LIMIT = 2**31 - 1  # csv's default, 131,072 characters, refuses a long text
 
 
 def corpus_format(path: Path) -> str:
-    """The format of `path` by its suffixes (`.txt`, `.csv.gz`, ...); else a `ConfigError`."""
-    gzipped = path.name.endswith(".gz")  # as the readers unzip it: in lower case
-    kind = Path(path.name.removesuffix(".gz")).suffix.lstrip(".").lower()
-    if kind in FORMATS and (not gzipped or kind in GZIPPED):
-        return kind
-    known = ", ".join([f".{f}" for f in FORMATS] + [f".{f}.gz" for f in GZIPPED])
-    raise ConfigError(f"train.corpus: {path}: not a corpus format; name a file ending in {known}")
+    """The format of `path` by its suffixes (`.txt`, `.csv.gz`, ...); else a `ConfigError`
+    naming `train.corpus`."""
+    return table_format(path, "train.corpus", FORMATS)
 
 
 def check_corpus_path(value: str, root: Path) -> Path:
@@ -68,123 +61,13 @@ def check_corpus_path(value: str, root: Path) -> Path:
     return path
 
 
-def _field(text: Any, where: str, column: str) -> str | None:
-    """A row's text: a string, None for a null (blank), else an error naming the row (also
-    for a NUL or a lone surrogate, which no text file of the pipeline may hold)."""
-    if text is None:
-        return None
-    if not isinstance(text, str):
-        raise DataFormatError(
-            f"{where}: column {column!r} (train.text_column) holds a {type(text).__name__}, "
-            "not a string"
-        )
-    if "\0" in text:
-        raise DataFormatError(f"{where}: NUL character in column {column!r}")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as err:
-        reason = f"{where}: column {column!r} is not Unicode text: {err.reason}"
-        raise DataFormatError(reason) from err
-    return text
-
-
-def _delimited(path: Path, column: str, delimiter: str) -> Iterator[tuple[str, str | None]]:
-    """The texts of a CSV (quoted fields may span lines) or TSV (no quoting) file, each named
-    by the line its row starts on."""
-    quoting = csv.QUOTE_MINIMAL if delimiter == "," else csv.QUOTE_NONE
-    lines = (line + "\n" for line in iter_lines(path))
-    csv.field_size_limit(FIELD_LIMIT)  # a field as long as a line of a .txt corpus
-    rows = csv.reader(lines, delimiter=delimiter, quoting=quoting, strict=True)
-    try:
-        header = next(rows, None)
-        if header is None:
-            raise DataFormatError(f"{path}: file is empty")
-        if header.count(column) != 1:
-            found = "is twice" if column in header else "is not"
-            raise DataFormatError(
-                f"{path}:1: column {column!r} (train.text_column) {found} in the header {header}"
-            )
-        index = header.index(column)
-        start = rows.line_num
-        for row in rows:
-            where, start = f"{path}:{start + 1}", rows.line_num
-            if len(row) <= index and row:
-                raise DataFormatError(
-                    f"{where}: {len(row)} fields, no {column!r} (train.text_column, field "
-                    f"{index + 1} of the header's {len(header)})"
-                )
-            if row:  # not a blank line
-                yield where, row[index]
-    except csv.Error as err:
-        kind = corpus_format(path)
-        raise DataFormatError(f"{path}:{rows.line_num}: not valid {kind}: {err}") from err
-
-
-def _jsonl(path: Path, column: str) -> Iterator[tuple[str, str | None]]:
-    for lineno, line in enumerate(iter_lines(path), 1):
-        if is_blank(line):
-            continue
-        where = f"{path}:{lineno}"
-        try:
-            row = json.loads(line)
-        except (ValueError, RecursionError) as err:
-            raise DataFormatError(f"{where}: not JSON: {err}") from err
-        if not isinstance(row, dict):
-            raise DataFormatError(f"{where}: a JSON {type(row).__name__}, not an object")
-        if column not in row:
-            raise DataFormatError(
-                f"{where}: no key {column!r} (train.text_column); the row has {sorted(row)[:10]}"
-            )
-        yield where, _field(row[column], where, column)
-
-
-def _parquet(path: Path, column: str) -> Iterator[tuple[str, str | None]]:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        table = pq.ParquetFile(path)
-    except (pa.ArrowException, OSError) as err:
-        raise DataFormatError(f"{path}: not a Parquet file: {err}") from err
-    with table:
-        names = table.schema_arrow.names
-        if names.count(column) != 1:
-            found = "is twice" if column in names else "is not"
-            raise DataFormatError(
-                f"{path}: column {column!r} (train.text_column) {found} among its columns {names}"
-            )
-        kind = table.schema_arrow.field(column).type
-        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-            raise DataFormatError(
-                f"{path}: column {column!r} (train.text_column) is of type {kind}, not a string"
-            )
-        row = 0
-        batches = table.iter_batches(batch_size=PARQUET_BATCH, columns=[column])
-        while True:
-            try:
-                texts = next(batches).column(0).to_pylist()
-            except StopIteration:
-                return
-            except (pa.ArrowException, OSError, UnicodeDecodeError) as err:
-                where = f"{path}: rows from {row + 1}"
-                raise DataFormatError(f"{where}: damaged, or text not UTF-8: {err}") from err
-            for text in texts:
-                row += 1
-                where = f"{path}: row {row}"
-                yield where, _field(text, where, column)
-
-
 def read_texts(path: Path, column: str = "text") -> Iterator[tuple[str, str | None]]:
     """Stream every text of a corpus file with where it is (`file:line`, `file: row N`); a
     null is None. A malformed row is one `DataFormatError` naming the file and line."""
-    kind = corpus_format(path)
-    if kind == "txt":
+    if corpus_format(path) == "txt":
         return ((f"{path}:{n}", line) for n, line in enumerate(iter_lines(path), 1))
-    if kind == "jsonl":
-        return _jsonl(path, column)
-    if kind == "parquet":
-        return _parquet(path, column)
-    return _delimited(path, column, "," if kind == "csv" else "\t")
+    rows = read_rows(path, (column,), COLUMN)
+    return ((where, text_field(row[column], where, column, COLUMN)) for where, row in rows)
 
 
 def clean(text: str | None) -> str:

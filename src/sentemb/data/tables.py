@@ -25,6 +25,7 @@ from sentemb.data.readers import DataFormatError, is_blank, iter_lines
 TABLES = ("csv", "tsv", "jsonl", "parquet")
 GZIPPED = ("csv", "tsv", "jsonl")  # parquet compresses itself
 PARQUET_BATCH = 10_000
+FIELD_LIMIT = 2**31 - 1  # csv's default, 131,072 characters, refuses a long text
 
 Row = dict[str, Any]
 
@@ -32,18 +33,20 @@ Row = dict[str, Any]
 def table_format(path: Path, param: str, formats: Sequence[str] = TABLES) -> str:
     """The format of `path` by its suffixes (`.csv`, `.jsonl.gz`, ...) among `formats` (the text
     ones also gzipped); else a `ConfigError` naming `param`."""
-    name = path.name.lower()
-    gzipped = name.endswith(".gz")
-    kind = Path(name.removesuffix(".gz")).suffix.lstrip(".")
+    gzipped = path.name.endswith(".gz")  # as the readers unzip it: in lower case
+    kind = Path(path.name.removesuffix(".gz")).suffix.lstrip(".").lower()
     if kind in formats and (not gzipped or kind != "parquet"):
         return kind
     known = [f".{f}" for f in formats] + [f".{f}.gz" for f in formats if f != "parquet"]
     raise ConfigError(f"{param}: {path}: not a known format; name a file ending in {known}")
 
 
-def _missing(where: str, columns: Sequence[str], found: Sequence[str], param: str) -> str:
-    absent = [c for c in columns if c not in found]
-    return f"{where}: no column {absent[0]!r} ({param}); it has {list(found)[:10]}"
+def _columns_once(columns: Sequence[str], found: Sequence[str], where: str, param: str) -> None:
+    """Each of `columns` once among `found` (a header, a schema), or one error naming it."""
+    for column in columns:
+        if found.count(column) != 1:
+            how = "is twice" if column in found else "is not"
+            raise DataFormatError(f"{where}: column {column!r} ({param}) {how} among {list(found)}")
 
 
 def _delimited(
@@ -51,16 +54,15 @@ def _delimited(
 ) -> Iterator[tuple[str, Row]]:
     quoting = csv.QUOTE_MINIMAL if delimiter == "," else csv.QUOTE_NONE
     lines = (line + "\n" for line in iter_lines(path))
+    csv.field_size_limit(FIELD_LIMIT)  # a field as long as a line of a .txt file
     rows = csv.reader(lines, delimiter=delimiter, quoting=quoting, strict=True)
-    start = 1
     try:
         header = next(rows, None)
         if header is None:
             raise DataFormatError(f"{path}: file is empty")
-        if any(c not in header for c in columns):
-            raise DataFormatError(_missing(f"{path}:1", columns, header, param))
+        _columns_once(columns, header, f"{path}:1", param)
         index = {c: header.index(c) for c in columns}
-        last = max(index.values())
+        last, start = max(index.values()), rows.line_num
         for row in rows:
             where, start = f"{path}:{start + 1}", rows.line_num
             if not row:
@@ -84,12 +86,15 @@ def _jsonl(path: Path, columns: Sequence[str], param: str) -> Iterator[tuple[str
         where = f"{path}:{lineno}"
         try:
             row = json.loads(line)
-        except ValueError as err:
+        except (ValueError, RecursionError) as err:
             raise DataFormatError(f"{where}: not JSON: {err}") from err
         if not isinstance(row, dict):
             raise DataFormatError(f"{where}: a JSON {type(row).__name__}, not an object")
-        if any(c not in row for c in columns):
-            raise DataFormatError(_missing(where, columns, sorted(row), param))
+        missing = [c for c in columns if c not in row]
+        if missing:
+            raise DataFormatError(
+                f"{where}: no key {missing[0]!r} ({param}); the row has {sorted(row)[:10]}"
+            )
         yield where, {c: row[c] for c in columns}
 
 
@@ -101,14 +106,21 @@ def _parquet(path: Path, columns: Sequence[str], param: str) -> Iterator[tuple[s
         table = pq.ParquetFile(path)
     except (pa.ArrowException, OSError) as err:
         raise DataFormatError(f"{path}: not a Parquet file: {err}") from err
-    names = table.schema_arrow.names
-    if any(c not in names for c in columns):
-        raise DataFormatError(_missing(str(path), columns, names, param))
-    row = 0
-    for batch in table.iter_batches(batch_size=PARQUET_BATCH, columns=list(columns)):
-        for values in batch.to_pylist():
-            row += 1
-            yield f"{path}: row {row}", values
+    with table:
+        _columns_once(columns, table.schema_arrow.names, str(path), param)
+        row = 0
+        batches = table.iter_batches(batch_size=PARQUET_BATCH, columns=list(columns))
+        while True:
+            try:
+                values = next(batches).to_pylist()
+            except StopIteration:
+                return
+            except (pa.ArrowException, OSError, UnicodeDecodeError) as err:
+                where = f"{path}: rows from {row + 1}"
+                raise DataFormatError(f"{where}: damaged, or text not UTF-8: {err}") from err
+            for record in values:
+                row += 1
+                yield f"{path}: row {row}", record
 
 
 def read_rows(path: Path, columns: Sequence[str], param: str) -> Iterator[tuple[str, Row]]:
@@ -122,9 +134,19 @@ def read_rows(path: Path, columns: Sequence[str], param: str) -> Iterator[tuple[
 
 
 def text_field(value: Any, where: str, column: str, param: str) -> str | None:
-    """A row's text: a string, None for a null, else an error naming the row and column."""
-    if value is None or isinstance(value, str):
-        return value
-    raise DataFormatError(
-        f"{where}: column {column!r} ({param}) holds a {type(value).__name__}, not a string"
-    )
+    """A row's text: a string, None for a null, else one error naming the row and column (also
+    for a NUL or a lone surrogate, which no text file of the pipeline may hold)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise DataFormatError(
+            f"{where}: column {column!r} ({param}) holds a {type(value).__name__}, not a string"
+        )
+    if "\0" in value:
+        raise DataFormatError(f"{where}: NUL character in column {column!r} ({param})")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        reason = f"{where}: column {column!r} ({param}) is not Unicode text: {err.reason}"
+        raise DataFormatError(reason) from err
+    return value
