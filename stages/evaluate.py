@@ -7,9 +7,11 @@ scores the TF-IDF bag-of-words baseline. With `--refined DIR` (a refine stage ou
 of `refine.suites` are also scored after each refinement fitted there, and those metrics go
 beside the plain ones under the refinement's name (`repal`, `whitening`). Every sentence is
 encoded once per model for all suites and refinements. `--predictions-dir D` keeps, for each
-suite scored by Spearman over pairs (sts, chinese), the plain model's score and the gold score
-of every pair as arrays `<set>/predicted`, `<set>/gold` in `D/<suite>.npz`. Each metrics file
-records its suite's wall time under `seconds` (the first suite's includes loading the model).
+suite scored by Spearman over pairs (sts, chinese, own), the plain model's score and the gold
+score of every pair as arrays `<set>/predicted`, `<set>/gold` in `D/<suite>.npz`, and for a set
+scored as a mean over items (own reranking and retrieval) each item's headline score as
+`<set>/items`. Each metrics file records its suite's wall time under `seconds` (the first
+suite's includes loading the model).
 
 A dataset missing from `--data` is skipped, and listed under `skipped` with its reason, only when
 the download manifest explains it (not obtainable, or left out of `data.datasets`); any other
@@ -29,7 +31,7 @@ import numpy as np
 from sentemb.cli import Parser, run_stage
 from sentemb.config import ConfigError, load_params, section
 from sentemb.data.download import DataConfig, use_nltk_data
-from sentemb.evaluate import evaluate_model, keeping_pairs
+from sentemb.evaluate import SuiteResult, evaluate_model, keeping_pairs
 from sentemb.evaluation.encoders import model_names
 from sentemb.io import atomic_path, check_output
 from sentemb.registry import SUITES
@@ -68,18 +70,19 @@ def main() -> None:
     with mlflow_run("evaluate", tracked, run_name=f"evaluate:{model}") as run:
         results = evaluate_model(suites, params, args.data, args.model, args.refined, args.corpus)
         for suite, path in predictions.items():
-            write_predictions(path, results[suite].pairs)
+            write_predictions(path, results[suite])
         for suite, path in outputs.items():
             run.write_metrics(path, results[suite].metrics, results[suite].seconds, suite)
 
 
-def write_predictions(path: Path, pairs: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
-    """Every pair's predicted and gold score, per set, as one .npz (written atomically)."""
+def write_predictions(path: Path, result: SuiteResult) -> None:
+    """Every pair's predicted and gold score per set, and every item's score, as one .npz
+    (written atomically)."""
     arrays = {
         f"{name}/{kind}": values
-        for name, scored in pairs.items()
+        for name, scored in result.pairs.items()
         for kind, values in zip(("predicted", "gold"), scored, strict=True)
-    }
+    } | result.per_item
     with atomic_path(path) as tmp, tmp.open("wb") as handle:
         np.savez(handle, **arrays)
 

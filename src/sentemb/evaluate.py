@@ -24,6 +24,7 @@ from sentemb.evaluation.base import (
     CHINESE,
     ENGLISH,
     LANGUAGES,
+    SKIPPED,
     CachedEncoder,
     Evaluator,
     SentenceEncoder,
@@ -55,11 +56,12 @@ def build_evaluator(name: str, params: dict[str, Any], root: Path, batch_size: i
 @dataclass
 class SuiteResult:
     """One suite's metrics file (plain scores, `skipped`, one entry per refinement), its pairs'
-    predicted and gold scores (pair suites) and its wall time (the first suite's includes the
-    model's loading)."""
+    predicted and gold scores (pair suites), its items' scores (`Evaluator.per_item`) and its
+    wall time (the first suite's includes the model's loading)."""
 
     metrics: dict[str, Any]
     pairs: dict[str, tuple[np.ndarray, np.ndarray]]
+    per_item: dict[str, np.ndarray]
     seconds: float
 
 
@@ -127,19 +129,19 @@ def evaluate_model(
             metrics = evaluator({lang: encoders[lang] for lang in suite.cls.languages})
         require_complete(evaluator, name, metrics)
         require_finite(f"{label}, suite {name}", metrics)
-        pairs = dict(evaluator.pairs)
+        pairs, per_item = dict(evaluator.pairs), dict(evaluator.per_item)
         result: dict[str, Any] = dict(metrics)
         for dataset, reason in evaluator.skipped.items():
             log.warning("%s: skipped: %s", dataset, reason)
         if evaluator.skipped:
-            result["skipped"] = evaluator.skipped
+            result[SKIPPED] = evaluator.skipped
         for method in methods if name in refined_suites else []:
             with scoring(f"{label} + {method}"):
                 result[method] = evaluator(
                     {lang: refined_encoders[lang][method] for lang in suite.cls.languages}
                 )
             require_finite(f"{label} + {method}, suite {name}", result[method])
-        results[name] = SuiteResult(result, pairs, time.perf_counter() - started)
+        results[name] = SuiteResult(result, pairs, per_item, time.perf_counter() - started)
         started = time.perf_counter()
         log.info("%s: %s", name, {k: round(v, 2) for k, v in metrics.items() if "/" not in k})
     return results

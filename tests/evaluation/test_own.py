@@ -87,17 +87,18 @@ def test_reranking_metrics_are_sentence_transformers(tmp_path: Path) -> None:
     assert items["mrr@10"].mean() == pytest.approx(theirs["mrr"], abs=1e-9)
 
 
-def test_retrieval_metrics_are_sentence_transformers(tmp_path: Path) -> None:
+@pytest.mark.parametrize("size", [150, 6])  # 6: fewer documents than the cut-offs
+def test_retrieval_metrics_are_sentence_transformers(tmp_path: Path, size: int) -> None:
     from sentence_transformers.sentence_transformer.evaluation import (
         InformationRetrievalEvaluator,
     )
     from sentence_transformers.util import cos_sim
 
     rng = np.random.default_rng(1)
-    documents = {f"d{i}": f"document {i}" for i in range(150)}
+    documents = {f"d{i}": f"document {i}" for i in range(size)}
     queries = {f"q{i}": f"query {i}" for i in range(12)}
     relevant = {
-        q: {f"d{j}" for j in rng.choice(150, rng.integers(1, 5), replace=False)}
+        q: {f"d{j}" for j in rng.choice(size, rng.integers(1, 5), replace=False)}
         for q in list(queries)[:10]
     }
     folder = tmp_path / "beir"
@@ -201,3 +202,17 @@ def test_a_qrel_naming_no_document_names_its_line(tmp_path: Path) -> None:
     (folder / "qrels/test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td9\t1\n")
     with pytest.raises(DataFormatError, match=r"test\.tsv:3: corpus-id 'd9' names no document"):
         read_beir(folder, "test", "eval.own[0].path")
+
+
+def test_every_key_a_metrics_file_holds_beside_scores_is_reserved() -> None:
+    """A set may not be named as a refinement (its scores nest under that key), `seconds` or
+    `skipped`: own.py spells the refinements' names so training does not read their code."""
+    from sentemb.evaluation.own import RESERVED
+    from sentemb.registry import REFINEMENTS
+
+    assert set(REFINEMENTS) <= set(RESERVED)
+    for name in RESERVED:
+        with pytest.raises(ConfigError, match=rf"own\[0\]\.name: '{name}' is a key"):
+            section(
+                {"own": [{"name": name, "kind": "sts", "path": "data/own/a.tsv"}]}, "own", OwnConfig
+            )

@@ -184,7 +184,8 @@ def test_summary_aggregates_the_seeds_and_plots_in_memory(tmp_path: Path) -> Non
     experiment = fake_experiment("sscl", [1, 2], 2)
     summary = summarize(experiment, tmp_path)
     trained = summary.headline["trained"]
-    assert set(trained) == {"sts", "sts/repal", "transfer", "chinese", "retrieval"}
+    assert set(trained) == {"sts", "sts/repal", "transfer", "chinese", "retrieval", "own"}
+    assert set(trained["own"]) == {"mine", "faq"}  # a column per own set
     assert set(trained["sts"]["avg"]) == {"mean", "std"}  # plain rows: mean and std per column
     assert set(trained["sts/repal"]["avg"]) == {"mean", "std"}  # a refinement: its avg's both
     assert summary.headline["untrained"]["sts"] == {"avg": 40.0}

@@ -37,6 +37,21 @@ def test_suite_table_rows() -> None:
     ]
 
 
+def test_own_sets_table_has_a_column_per_set_and_none_without_sets() -> None:
+    """eval.own's table: each set's headline as a column, in the metrics' order (no avg); no
+    table at all when eval.own lists no set."""
+    stats = {"mean": 10.0, "std": 1.0, "n": 2}
+    methods = {"simcse": {"own": {"bio": stats, "faq": stats}}}
+    singles = {"TF-IDF": {"own": {"bio": 1.0, "faq": 2.0, "faq/map": 2.0, "seconds": 3.0}}}
+    assert suite_table("own", methods, singles).splitlines() == [
+        "| model | bio | faq |",
+        "|---|---:|---:|",
+        "| simcse | 10.00 ± 1.00 | 10.00 ± 1.00 |",
+        "| TF-IDF | 1.00 | 2.00 |",
+    ]
+    assert suite_table("own", {"simcse": {}}, {"TF-IDF": {"own": {"seconds": 3.0}}}) == ""
+
+
 def result(difference: float, low: float, high: float, p: float | None) -> dict:
     significant = low > 0 or high < 0
     return {

@@ -70,6 +70,67 @@ def test_evaluate_tiny_model_on_real_chinese_sets(
     assert all(-100 <= metrics[k] <= 100 for k in ("PAWSX", "STS-B", "avg"))
 
 
+def write_own_sets(root: Path) -> list[dict]:
+    """An STS table, reranking samples and a BEIR folder under `root/data/own`, as eval.own."""
+    own = root / "data" / "own"
+    (own / "docs" / "qrels").mkdir(parents=True)
+    pairs = [(f"a cat sat on mat {i}", f"a dog ran to park {i % 3}", i % 5) for i in range(6)]
+    (own / "pairs.tsv").write_text(
+        "sentence1\tsentence2\tscore\n" + "".join(f"{a}\t{b}\t{y}\n" for a, b, y in pairs)
+    )
+    samples = [
+        {"query": f"how to fix {i}", "positive": [f"fix {i}"], "negative": ["unrelated", "x y"]}
+        for i in range(4)
+    ]
+    (own / "faq.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
+    documents = "".join(json.dumps({"_id": f"d{i}", "text": f"paper {i}"}) + "\n" for i in range(5))
+    (own / "docs" / "corpus.jsonl").write_text(documents)
+    (own / "docs" / "queries.jsonl").write_text('{"_id": "q", "text": "paper"}\n')
+    (own / "docs" / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq\td1\t1\n")
+    return [
+        {"name": "pairs", "kind": "sts", "path": "data/own/pairs.tsv"},
+        {"name": "faq", "kind": "reranking", "path": "data/own/faq.jsonl"},
+        {"name": "docs", "kind": "retrieval", "path": "data/own/docs"},
+    ]
+
+
+def test_evaluate_scores_own_sets_and_keeps_their_pairs_and_items(
+    downloaded: Path, tiny_model_dir: Path, mirror: Path, stage_env
+) -> None:
+    """eval.own's sets scored by the evaluate stage: each set's headline under its name, the
+    kinds' other metrics under `<set>/<metric>`, the STS set's pairs and the others' items'
+    headline scores in the predictions; with no set, a metrics file of its seconds only."""
+    (downloaded / "p").mkdir()
+    params = write_params(downloaded / "p", mirror, eval={"own": write_own_sets(downloaded)})
+    out, kept = downloaded / "m", downloaded / "pred"
+    args = ["--suites", "own", "--model", str(tiny_model_dir), "--out-dir", str(out)]
+    args += ["--data", str(mirror), "--params", str(params), "--predictions-dir", str(kept)]
+    result = run_stage("evaluate.py", args, downloaded, stage_env)
+    assert result.returncode == 0, result.stderr
+    metrics = json.loads((out / "own.json").read_text())
+    assert set(metrics) == {
+        "pairs",
+        "faq",
+        "faq/map",
+        "faq/mrr@10",
+        "docs",
+        "docs/ndcg@10",
+        "docs/mrr@10",
+        "docs/recall@100",
+        "seconds",
+    }
+    assert metrics["faq"] == metrics["faq/map"] and metrics["docs"] == metrics["docs/ndcg@10"]
+    with np.load(kept / "own.npz") as arrays:
+        assert set(arrays.files) == {"pairs/predicted", "pairs/gold", "faq/items", "docs/items"}
+        assert arrays["faq/items"].mean() == pytest.approx(metrics["faq"])
+        assert len(arrays["docs/items"]) == 1
+    none = write_params(downloaded / "p", mirror)
+    args = ["--suites", "own", "--model", str(tiny_model_dir), "--out-dir", str(out)]
+    result = run_stage("evaluate.py", [*args, "--params", str(none)], downloaded, stage_env)
+    assert result.returncode == 0, result.stderr
+    assert set(json.loads((out / "own.json").read_text())) == {"seconds"}
+
+
 def test_bad_param_is_one_clear_error_and_no_output(
     downloaded: Path, mirror: Path, stage_env
 ) -> None:

@@ -19,18 +19,26 @@ from support import REPO
 
 
 def fake_experiment(method: str, seeds: list[int], noise: int, sizes: int = 0) -> Experiment:
-    """An experiment in memory: two STS tasks (STS12 of two subsets, STS-B) and one Chinese
-    set, scores computed from synthetic predictions with noise `noise / 10` (`sizes` adds pairs
-    to every set: other test pairs)."""
+    """An experiment in memory: two STS tasks (STS12 of two subsets, STS-B), one Chinese set and
+    two own sets (`mine`: STS; `faq`: reranking, 25 items), scores computed from synthetic
+    predictions with noise `noise / 10` (`sizes` adds pairs to every set: other test pairs)."""
     params = load_params(REPO / "params.yaml")
     params.update(method=method, seeds=seeds)
     params["compare"]["resamples"] = 50
-    sets = {"sts": {"STS12/a": 30, "STS12/b": 20, "STSBenchmark": 40}, "chinese": {"ATEC": 30}}
+    params["eval"]["own"] = [
+        {"name": "mine", "kind": "sts", "path": "data/own/mine.tsv"},
+        {"name": "faq", "kind": "reranking", "path": "data/own/faq.jsonl"},
+    ]
+    sets = {
+        "sts": {"STS12/a": 30, "STS12/b": 20, "STSBenchmark": 40},
+        "chinese": {"ATEC": 30},
+        "own": {"mine": 25},
+    }
     files: list[dict] = []
     predictions: dict[str, list[dict]] = {s: [] for s in sets}
     for seed in seeds:
         rng = np.random.default_rng(seed)
-        run: dict = {s: {"avg": 50.0} for s in SUITES}
+        run: dict = {s: {"avg": 50.0} for s in SUITES if s != "own"}
         for suite, set_sizes in sets.items():
             arrays = {}
             for name, size in set_sizes.items():
@@ -43,7 +51,11 @@ def fake_experiment(method: str, seeds: list[int], noise: int, sizes: int = 0) -
                 t: 100 * spearmanr(task.predicted[method][0], task.gold).statistic
                 for t, task in tasks.items()
             }
-            run[suite]["avg"] = float(np.mean(list(run[suite].values())))
+            if suite != "own":
+                run[suite]["avg"] = float(np.mean(list(run[suite].values())))
+        items = np.clip(0.5 + rng.normal(0, noise / 10, 25), 0, 1) * 100
+        predictions["own"][-1]["faq/items"] = items
+        run["own"] |= {"faq": float(items.mean()), "faq/map": float(items.mean())}
         run["sts"]["repal"] = {"avg": run["sts"]["avg"] + seed % 2}
         run["train"] = {"sentences": 100, "autocast": "bf16", "seconds": 1.0}
         run["refine"] = {"fit_on": "corpus"}
@@ -56,6 +68,8 @@ def fake_experiment(method: str, seeds: list[int], noise: int, sizes: int = 0) -
         files.append(run)
     curves = {"loss": [{"step": 1, "loss": 1.0}], "dev": [{"step": 1, "dev": 80.0}]}
     singles = {row: {s: {"avg": 40.0} for s in SUITES} for row in (UNTRAINED, TFIDF)}
+    for row in singles.values():
+        row["own"] = {"mine": 30.0, "faq": 35.0}
     before = {"alignment": 0.05, "uniformity": -1.5, "inter_layer": [1, 1], "token_wise": [0, 0, 0]}
     return Experiment(method, params, method, seeds, files, predictions, curves, singles, before)
 

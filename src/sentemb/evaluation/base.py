@@ -2,7 +2,8 @@
 
 Evaluators return flat metric dicts (`{"STS12": 72.1, "STS12/MSRpar": 60.3, ...}`) and write no
 files; stages write them. Those scored by Spearman over pairs also keep each pair's predicted and
-gold score of their last call in `pairs` (compare's bootstrap resamples them). An encoder is
+gold score of their last call in `pairs`, those scored as a mean over items (a query's MAP) each
+item's headline score in `per_item` (compare's bootstrap resamples them). An encoder is
 anything with `encode(sentences, batch_size)` returning a dense `np.ndarray` or a sparse matrix
 (the TF-IDF baseline), one row per sentence.
 
@@ -24,7 +25,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 import scipy.sparse as sp
@@ -33,10 +34,13 @@ from sklearn.preprocessing import normalize
 
 from sentemb.config import UserError
 from sentemb.data.download import MANIFEST, DataUnavailable
+from sentemb.data.readers import PairSet
 from sentemb.data.sources import DATASETS
 
 Embeddings = np.ndarray | sp.spmatrix | sp.sparray
 ENGLISH, CHINESE = "english", "chinese"  # the languages an evaluator scores
+SKIPPED = "skipped"  # a metrics file's key: the datasets left out, with why
+ITEMS = "items"  # `<set>/items`: a predictions file's per-item scores (`per_item`)
 PROBE_SIZE = 8  # sentences a model is probed on before it encodes more (`probe`)
 LANGUAGES = (ENGLISH, CHINESE)
 
@@ -77,12 +81,26 @@ class Evaluator(ABC):
     pairs: ClassVar[bool]  # scored by Spearman over pairs: keeps `pairs` (compare's bootstrap)
     title: ClassVar[str]  # the report's heading
     columns: ClassVar[tuple[str, ...]]  # the report's columns, metric keys
+    config: Any  # its params section `eval.<name>`
 
     def __init__(self, root: Path, batch_size: int = 128) -> None:
         self.root, self.batch_size = Path(root), batch_size
         self.skipped: dict[str, str] = {}
         self.unexplained: dict[str, str] = {}  # skipped with no manifest saying why
         self.pairs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.per_item: dict[str, np.ndarray] = {}  # `<set>/items`: its headline's per item
+
+    @classmethod
+    def asks_for_tasks(cls, config: Any) -> bool:
+        """Whether its params section `config` asks for any task: a stage refuses a suite that
+        scored none, unless it asked none (whose metrics file a revision before it lacks)."""
+        return True
+
+    @classmethod
+    def report_columns(cls, values: Mapping[str, Any]) -> list[str]:
+        """The report's columns that a metrics dict of this suite (plain, or a refinement's)
+        holds, in the report's order."""
+        return [c for c in cls.columns if c in values]
 
     def __call__(
         self, encoders: SentenceEncoder | Mapping[str, SentenceEncoder]
@@ -129,6 +147,11 @@ class Evaluator(ABC):
         return False
 
 
+def sentences_of(sets: Iterable[PairSet]) -> set[str]:
+    """Every sentence of the pairs of `sets` (an evaluator's `test_sentences`)."""
+    return {s for pairs in sets for s in (*pairs.first, *pairs.second)}
+
+
 def require_complete(
     evaluator: Evaluator, suite: str, metrics: Mapping[str, float] | None = None
 ) -> None:
@@ -140,7 +163,7 @@ def require_complete(
             f"{dataset}: {reason}, and there is no {MANIFEST} there saying why: use the download "
             f"stage's output (--data data/raw), or leave {dataset} out of eval.{suite}"
         )
-    if metrics is not None and not metrics:
+    if metrics is not None and not metrics and evaluator.asks_for_tasks(evaluator.config):
         reasons = "; ".join(f"{name}: {why}" for name, why in evaluator.skipped.items())
         raise DataUnavailable(
             f"{suite}: no task could be scored under {evaluator.root}: {reasons or 'no task'}"

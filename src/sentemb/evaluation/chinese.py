@@ -15,7 +15,14 @@ import numpy as np
 from sentemb.config import PairSample, choice_problems
 from sentemb.data.readers import PairSet, read_chinese
 from sentemb.data.sources import CHINESE_SETS
-from sentemb.evaluation.base import CHINESE, Evaluator, SentenceEncoder, for_set, spearman
+from sentemb.evaluation.base import (
+    CHINESE,
+    Evaluator,
+    SentenceEncoder,
+    for_set,
+    sentences_of,
+    spearman,
+)
 from sentemb.evaluation.sts import cosine_scores
 from sentemb.registry import register_suite
 
@@ -73,7 +80,7 @@ class ChineseEvaluator(Evaluator):
         }
 
     def test_sentences(self) -> set[str]:
-        return {s for pairs in self._pair_sets().values() for s in (*pairs.first, *pairs.second)}
+        return sentences_of(self._pair_sets().values())
 
     def score(self, encoders: Mapping[str, SentenceEncoder]) -> dict[str, float]:
         encoder = encoders[CHINESE]

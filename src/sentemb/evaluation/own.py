@@ -37,9 +37,19 @@ import numpy as np
 
 from sentemb.data.readers import DataFormatError, PairSet, is_blank
 from sentemb.data.tables import read_rows, text_field
-from sentemb.evaluation.base import ENGLISH, Evaluator, SentenceEncoder, embed, spearman
+from sentemb.evaluation.base import (
+    ENGLISH,
+    ITEMS,
+    SKIPPED,
+    Evaluator,
+    SentenceEncoder,
+    embed,
+    sentences_of,
+    spearman,
+)
 from sentemb.evaluation.sts import cosine_scores
 from sentemb.registry import register_suite
+from sentemb.tracking import SECONDS
 
 OWN_FOLDER = "data/own"
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -63,6 +73,8 @@ class OwnSet:
         problems = []
         if not NAME.fullmatch(self.name):
             problems.append(f"name: {self.name!r} is no name: letters, digits, '_', '.', '-'")
+        elif self.name in RESERVED:
+            problems.append(f"name: {self.name!r} is a key of every metrics file: another name")
         for key in ("path", "dev"):
             value = getattr(self, key)
             inside = value is not None and Path(value).parts[:2] == tuple(OWN_FOLDER.split("/"))
@@ -82,6 +94,12 @@ class OwnConfig:
         names = [s.name for s in self.sets]
         repeated = sorted({n for n in names if names.count(n) > 1})
         return [f"sets: the name {n!r} is given twice" for n in repeated]
+
+
+# The keys a metrics file holds beside its scores, no set's name: its wall time, the datasets
+# skipped and each refinement's scores (spelled here, so that training, which reads eval.own for
+# train.selection, does not depend on the refinements' code; a test checks the registry's names).
+RESERVED = (SECONDS, SKIPPED, "repal", "whitening")
 
 
 def _text(row: Mapping[str, Any], column: str, where: str, param: str) -> str:
@@ -230,7 +248,8 @@ def retrieval_items(
     for query, text in data.queries.items():
         scores = docs @ vectors[row[text]]
         order = np.lexsort((rank_of_id, -scores))[:depth]  # by score, then by id
-        hit = np.array([ids[i] in data.relevant[query] for i in order], dtype=float)
+        hit = np.zeros(depth)  # past the last document: no hit
+        hit[: len(order)] = [ids[i] in data.relevant[query] for i in order]
         gains = 1 / np.log2(np.arange(2, depth + 2))
         ideal = gains[: min(len(data.relevant[query]), NDCG_AT)].sum()
         items[f"ndcg@{NDCG_AT}"].append(float((hit[:NDCG_AT] * gains[:NDCG_AT]).sum() / ideal))
@@ -248,7 +267,7 @@ class OwnEvaluator(Evaluator):
     languages = (ENGLISH,)
     pairs = True
     title = "Your sets (eval.own)"
-    columns = ("avg",)
+    columns = ()  # per params: `report_columns`
 
     def __init__(
         self,
@@ -261,6 +280,16 @@ class OwnEvaluator(Evaluator):
         super().__init__(root, batch_size)
         self.config = config or OwnConfig()
         self.split, self.repo = split, repo
+
+    @classmethod
+    def asks_for_tasks(cls, config: OwnConfig) -> bool:
+        return bool(config.sets)
+
+    @classmethod
+    def report_columns(cls, values: Mapping[str, Any]) -> list[str]:
+        """Each set's headline (its name: Spearman, MAP or nDCG@10), in the params' order; no
+        `avg` (the kinds' metrics do not average)."""
+        return [k for k in values if "/" not in k and k not in RESERVED]
 
     def _where(self, own: OwnSet) -> tuple[Path, str, str]:
         """The file (or folder) of `own`'s split, its BEIR qrels split, and the param naming it."""
@@ -292,8 +321,7 @@ class OwnEvaluator(Evaluator):
         for own in self.config.sets:
             path, split, param = self._where(own)
             if own.kind == "sts":
-                pairs = read_sts_pairs(path, param)
-                sentences.update((*pairs.first, *pairs.second))
+                sentences.update(sentences_of([read_sts_pairs(path, param)]))
             elif own.kind == "reranking":
                 for s in read_reranking(path, param):
                     sentences.update((s.query, *s.positive, *s.negative))
@@ -309,6 +337,8 @@ class OwnEvaluator(Evaluator):
             if own.kind == "sts":
                 metrics[own.name] = spearman(*self.pairs[own.name])
             else:
+                headline = next(iter(items.values()))  # MAP; nDCG@10
+                metrics[own.name] = float(headline.mean())
                 metrics.update({f"{own.name}/{k}": float(v.mean()) for k, v in items.items()})
-                metrics[own.name] = metrics[f"{own.name}/{next(iter(items))}"]
+                self.per_item[f"{own.name}/{ITEMS}"] = headline
         return metrics

@@ -62,6 +62,7 @@ from sentemb.evaluation.base import (
     embed,
     for_set,
     rowwise_cosine,
+    sentences_of,
 )
 from sentemb.registry import register_suite
 
@@ -329,7 +330,7 @@ class RetrievalEvaluator(Evaluator):
                 sets.append(read_mrpc(self.root, "test")[0])
             else:
                 sets.append(read_chinese(self.root, name, "test", cfg.max_pairs))
-        sentences.update(s for pairs in sets for s in (*pairs.first, *pairs.second))
+        sentences.update(sentences_of(sets))
         return sentences
 
     def score(self, encoders: Mapping[str, SentenceEncoder]) -> dict[str, float]:

@@ -22,6 +22,7 @@ from sentemb.evaluation.base import (
     SentenceEncoder,
     embed,
     rowwise_cosine,
+    sentences_of,
     spearman,
 )
 from sentemb.registry import register_suite
@@ -101,7 +102,7 @@ class STSEvaluator(Evaluator):
         return sets
 
     def test_sentences(self) -> set[str]:
-        return {s for pairs in self._pair_sets().values() for s in (*pairs.first, *pairs.second)}
+        return sentences_of(self._pair_sets().values())
 
     def score(self, encoders: Mapping[str, SentenceEncoder]) -> dict[str, float]:
         sets = self._pair_sets()

@@ -1,28 +1,29 @@
 """Experiments compared with a baseline experiment: the paired tests behind `sentemb.compare` and
 the leaderboard.
 
-A pair suite (scored by Spearman over pairs: STS, Chinese) gets the paired bootstrap over its
-test pairs (every experiment scored on the same resampled pairs, `stats.bootstrap_scores`) and
-the paired t-test over seeds; the other suites and every refinement, whose per-pair scores are
-not kept, the paired t-test over seeds. Seeds pair by value: experiments are compared on the
-seeds they share. A |Δ mean| below `compare.noise` is `noise` whatever the tests say.
+A pair suite (scored by Spearman over pairs: STS, Chinese, own STS sets) gets the paired
+bootstrap over its test pairs (every experiment scored on the same resampled pairs,
+`stats.bootstrap_scores`), an own reranking or retrieval set the paired bootstrap over its items
+(`stats.bootstrap_items`), and each the paired t-test over seeds; the other columns and every
+refinement, whose per-item scores are not kept, the paired t-test over seeds. Seeds pair by
+value: experiments are compared on the seeds they share. A |Δ mean| below `compare.noise` is
+`noise` whatever the tests say.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 
 from sentemb.config import ConfigError
+from sentemb.evaluation.base import ITEMS
 from sentemb.registry import SUITES
 from sentemb.report.markdown import REFINED
 from sentemb.report.runs import Experiment
 from sentemb.report.stats import (
     CompareConfig,
-    bootstrap_scores,
-    pair_tasks,
+    bootstrap,
     paired_comparison,
     seed_test,
 )
@@ -52,19 +53,23 @@ def shared_seeds(experiments: dict[str, Experiment]) -> dict[str, Experiment]:
     return {label: on_seeds(e, common) for label, e in experiments.items()}
 
 
+def test_items(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """What a predictions file says of its test items: each set's gold scores, and the count of
+    the items of a set scored over items."""
+    gold = {k: v for k, v in arrays.items() if k.endswith("/gold")}
+    return gold | {k: np.array(len(v)) for k, v in arrays.items() if k.endswith(f"/{ITEMS}")}
+
+
 def check_pairs(experiments: dict[str, Experiment]) -> None:
-    """The pair suites' test pairs (each set's gold scores) are the same in every experiment:
-    otherwise one error naming the experiment and the suite (no paired test is possible)."""
+    """The pair suites' test pairs (each set's gold scores, each item set's count) are the same
+    in every experiment: otherwise one error naming the experiment and the suite (no paired test
+    is possible)."""
     labels = list(experiments)
     first = experiments[labels[0]]
     for suite, per_seed in first.predictions.items():
-        gold = {k: v for k, v in per_seed[0].items() if k.endswith("/gold")}
+        gold = test_items(per_seed[0])
         for label in labels[1:]:
-            theirs = {
-                k: v
-                for k, v in experiments[label].predictions[suite][0].items()
-                if k.endswith("/gold")
-            }
+            theirs = test_items(experiments[label].predictions.get(suite, [{}])[0])
             if gold.keys() != theirs.keys() or not all(
                 np.array_equal(gold[k], theirs[k]) for k in gold
             ):
@@ -117,21 +122,18 @@ def compare_pair(
     pair = shared_seeds({base_label: baseline, label: other})
     check_pairs(pair)
     results: dict[str, dict[str, Result]] = {}
-    for suite, declared in SUITES.items():
-        replicates: dict[str, Any] = {}
-        if declared.cls.pairs:
-            tasks = pair_tasks({name: e.predictions[suite] for name, e in pair.items()})
-            replicates = bootstrap_scores(tasks, config.resamples, config.seed)
+    for suite in SUITES:
+        predictions = {name: e.predictions.get(suite, []) for name, e in pair.items()}
+        replicates = bootstrap(predictions, config.resamples, config.seed)
         for row in (suite, *(f"{suite}/{r}" for r in REFINED)):
             scores = {name: e.scores(row) for name, e in pair.items()}
-            if scores[base_label] is None or scores[label] is None:
+            if not scores[base_label] or not scores[label]:
                 continue
-            if replicates and row == suite:
-                results[row] = paired_comparison(
+            results[row] = seed_comparison(
+                scores[label], scores[base_label], config.confidence, config.noise
+            )
+            if replicates[label] and row == suite:  # the bootstrap decides where there is one
+                results[row] |= paired_comparison(
                     replicates, scores, label, base_label, config.confidence, config.noise
-                )
-            else:
-                results[row] = seed_comparison(
-                    scores[label], scores[base_label], config.confidence, config.noise
                 )
     return results

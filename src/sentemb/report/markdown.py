@@ -112,8 +112,17 @@ def suite_table(
     suite: str, methods: Mapping[str, Mapping[str, Any]], singles: Mapping[str, Mapping]
 ) -> str:
     """Rows: each method (`methods[m][suite]` and `[f"{suite}/{refinement}"]` hold per-key
-    mean/std/n), then each single run (`singles[name][suite]`: a metrics file's content)."""
-    keys = SUITES[suite].cls.columns
+    mean/std/n), then each single run (`singles[name][suite]`: a metrics file's content); ""
+    when no row has a column."""
+    found = [
+        *(m.get(suite, {}) for m in methods.values()),
+        *(f.get(suite, {}) for f in singles.values()),
+    ]
+    keys = list(SUITES[suite].cls.columns) or list(
+        dict.fromkeys(k for v in found for k in SUITES[suite].cls.report_columns(v))
+    )
+    if not keys:
+        return ""  # no own set in eval.own
     rows = []
     for method, sections in methods.items():
         for name, label in (
@@ -151,7 +160,7 @@ def paired_table(
     rows = []
     for method, suites in paired.items():
         for suite, tasks in suites.items():
-            for task in sorted(tasks, key=SUITES[suite].cls.columns.index):
+            for task in SUITES[suite].cls.report_columns(tasks):
                 r = tasks[task]
                 p = "-" if r["p_seeds"] is None else f"{r['p_seeds']:.3f}"
                 rows.append(
@@ -193,7 +202,8 @@ def summary(
         " (`dvc repro`); against another revision or experiment: `python -m sentemb.compare`.",
     ]
     for suite in SUITES.values():
-        parts += [f"## {suite.cls.title}", suite_table(suite.name, methods, singles)]
+        table = suite_table(suite.name, methods, singles)
+        parts += [f"## {suite.cls.title}", table] if table else []
     rows = sorted({name for values in per_seed.values() for name in values}, key=row_order)
     parts += [
         "## Per seed (suite averages)",
@@ -260,8 +270,8 @@ def comparison(
     rows = []
     for row in sorted(results, key=row_order):
         before, after = old.scores(row), new.scores(row)
-        for column in SUITES[row.partition("/")[0]].cls.columns:
-            if column not in results[row] or (not tasks and column != "avg"):
+        for column in SUITES[row.partition("/")[0]].cls.report_columns(results[row]):
+            if not tasks and column != "avg":
                 continue
             name = row_label(row) + ("" if column == "avg" else f" {column}")
             values = [spread(mean_std(s[column])) for s in (before, after)]  # type: ignore[index]

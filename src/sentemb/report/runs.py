@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from sentemb.config import ConfigError, UserError, params_from, parse_yaml, run_plan
+from sentemb.config import ConfigError, UserError, params_from, parse_yaml, run_plan, section
+from sentemb.evaluation.base import ITEMS
 from sentemb.registry import REFINEMENTS, SUITES
 
 Reader = Callable[[str], bytes]  # a path relative to the repository root -> the file's bytes
@@ -75,7 +76,8 @@ class Experiment:
         found = [f[suite].get(refinement) if refinement else f[suite] for f in self.files]
         if any(values is None for values in found):
             return None
-        columns = [c for c in SUITES[suite].cls.columns if all(c in values for values in found)]
+        columns = SUITES[suite].cls.report_columns(found[0])
+        columns = [c for c in columns if all(c in values for values in found)]
         return {c: [float(values[c]) for values in found] for c in columns}
 
 
@@ -176,7 +178,8 @@ def read_json(read: Reader, path: str) -> Any:
 
 def read_npz(read: Reader, path: str) -> dict[str, np.ndarray]:
     """The arrays of an evaluate `--predictions` file through `read`: per task `<task>/predicted`
-    and `<task>/gold`, finite and of one length; anything else is one error naming the file."""
+    and `<task>/gold`, finite and of one length, and per set scored over items `<set>/items`,
+    finite; anything else is one error naming the file."""
     data = read(path)
     try:
         with np.load(io.BytesIO(data)) as archive:
@@ -185,9 +188,16 @@ def read_npz(read: Reader, path: str) -> dict[str, np.ndarray]:
         raise UserError(f"{path}: not a predictions archive ({err}); it was damaged") from None
     for name in arrays:
         task, _, kind = name.rpartition("/")
-        if not task or kind not in ("predicted", "gold"):
-            raise UserError(f"{path}: {name}: expected only <task>/predicted and <task>/gold")
-    for task in sorted({name.rpartition("/")[0] for name in arrays}):
+        if not task or kind not in ("predicted", "gold", ITEMS):
+            raise UserError(
+                f"{path}: {name}: expected only <task>/predicted, <task>/gold and <set>/{ITEMS}"
+            )
+        if kind == ITEMS and not (arrays[name].ndim == 1 and arrays[name].dtype.kind == "f"):
+            raise UserError(f"{path}: {name}: expected the items' scores in one row")
+        if kind == ITEMS and not np.isfinite(arrays[name]).all():
+            raise UserError(f"{path}: {name}: expected finite numbers")
+    pairs = {name for name in arrays if not name.endswith(f"/{ITEMS}")}
+    for task in sorted({name.rpartition("/")[0] for name in pairs}):
         pair = [arrays.get(f"{task}/{kind}") for kind in ("predicted", "gold")]
         if any(a is None for a in pair):
             raise UserError(f"{path}: {task}: expected {task}/predicted and {task}/gold")
@@ -201,9 +211,24 @@ def read_npz(read: Reader, path: str) -> dict[str, np.ndarray]:
     return arrays
 
 
-def read_scores(read: Reader, path: str, suite: str) -> dict[str, Any]:
-    """A suite's metrics file through `read`, checked (`check_scores`)."""
-    metrics = read_json(read, path)
+def asked_suites(params: dict[str, Any]) -> set[str]:
+    """The suites whose params section asks for a task (`Evaluator.asks_for_tasks`)."""
+    return {
+        name
+        for name, suite in SUITES.items()
+        if suite.cls.asks_for_tasks(section(params, f"eval.{name}", suite.config))
+    }
+
+
+def read_scores(read: Reader, path: str, suite: str, asked: set[str]) -> dict[str, Any]:
+    """A suite's metrics file through `read`, checked (`check_scores`); for a suite not `asked`
+    for a task, its file or none (a revision before the suite)."""
+    try:
+        metrics = read_json(read, path)
+    except MissingResults:
+        if suite in asked:
+            raise
+        return {}
     check_scores(path, suite, metrics)
     return metrics
 
@@ -217,7 +242,7 @@ def check_scores(path: str, suite: str, metrics: Any) -> None:
     for row, values in rows:
         if not isinstance(values, dict):
             raise UserError(f"{path}: {row}expected a JSON object of scores; it was damaged")
-        for column in (c for c in SUITES[suite].cls.columns if c in values):
+        for column in SUITES[suite].cls.report_columns(values):
             value = values[column]
             if (
                 isinstance(value, bool)
@@ -255,7 +280,7 @@ def check_columns(seeds: list[int], files: list[dict[str, Any]]) -> None:
             for seed, run in zip(seeds, files, strict=True):
                 values = run[suite].get(refinement) if refinement else run[suite]
                 if values is not None:
-                    found[seed] = {c for c in declared.cls.columns if c in values}
+                    found[seed] = set(declared.cls.report_columns(values))
             if not found:
                 continue
             first, expected = next(iter(found.items()))
@@ -281,14 +306,18 @@ def load(read: Reader, label: str | None = None, params: dict | None = None) -> 
     if params is None:
         params = read_params(read)
     method, seeds = run_plan(params)
+    asked = asked_suites(params)
     files = [
-        {suite: read_scores(read, f"{RUNS}/{seed}/{suite}.json", suite) for suite in SUITES}
+        {suite: read_scores(read, f"{RUNS}/{seed}/{suite}.json", suite, asked) for suite in SUITES}
         | {name: read_record(read, f"{RUNS}/{seed}/{name}.json", name) for name in RECORDS}
         for seed in seeds
     ]
     check_columns(seeds, files)
     predictions = {
-        suite: [read_npz(read, f"{PREDICTIONS}/{seed}/{suite}.npz") for seed in seeds]
+        suite: [
+            read_npz(read, f"{PREDICTIONS}/{seed}/{suite}.npz") if suite in asked else {}
+            for seed in seeds
+        ]
         for suite, declared in SUITES.items()
         if declared.cls.pairs
     }
@@ -299,7 +328,7 @@ def load(read: Reader, label: str | None = None, params: dict | None = None) -> 
         for kind in CURVE_KINDS
     }
     singles = {
-        row: {suite: read_scores(read, f"{folder}/{suite}.json", suite) for suite in SUITES}
+        row: {suite: read_scores(read, f"{folder}/{suite}.json", suite, asked) for suite in SUITES}
         for row, folder in ((UNTRAINED, REFERENCE_DIR), (TFIDF, TFIDF_DIR))
     }
     before = read_record(read, f"{REFERENCE_DIR}/analysis.json", "analysis")

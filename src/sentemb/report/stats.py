@@ -25,6 +25,7 @@ import numpy as np
 from scipy.stats import rankdata, ttest_rel
 
 from sentemb.config import NonNegative, Range, Seed
+from sentemb.evaluation.base import ITEMS
 
 NO_DIFFERENCE = "no significant difference"
 NOISE = "noise"
@@ -73,11 +74,12 @@ def pair_tasks(predictions: dict[str, list[dict[str, np.ndarray]]]) -> dict[str,
 
     `predictions[method][i]` maps the array names of an evaluate `--predictions` file (seed i) to
     arrays. A set `STS12/MSRpar` belongs to task `STS12`; sets without '/' are their own task.
+    Items' scores (`<set>/items`) are no pairs (`item_tasks`).
     """
     tasks: dict[str, PairTask] = {}
     for method, per_seed in predictions.items():
         for arrays in per_seed:
-            sets = sorted({name.rsplit("/", 1)[0] for name in arrays})
+            sets = sorted({n.rsplit("/", 1)[0] for n in arrays if not n.endswith(f"/{ITEMS}")})
             for task_name in dict.fromkeys(s.split("/")[0] for s in sets):
                 members = [s for s in sets if s.split("/")[0] == task_name]
                 predicted = np.concatenate([arrays[f"{s}/predicted"] for s in members])
@@ -135,6 +137,56 @@ def bootstrap_scores(
     return scores
 
 
+def item_tasks(
+    predictions: dict[str, list[dict[str, np.ndarray]]],
+) -> dict[str, dict[str, list[np.ndarray]]]:
+    """Per set scored as a mean over its items (`<set>/items` of a predictions file), each
+    method's item scores, one array per seed in seed order."""
+    tasks: dict[str, dict[str, list[np.ndarray]]] = {}
+    for method, per_seed in predictions.items():
+        for arrays in per_seed:
+            for name, values in arrays.items():
+                if name.endswith(f"/{ITEMS}"):
+                    per_method = tasks.setdefault(name.rpartition("/")[0], {})
+                    per_method.setdefault(method, []).append(values)
+    return tasks
+
+
+def bootstrap_items(
+    tasks: dict[str, dict[str, list[np.ndarray]]], resamples: int, seed: int
+) -> dict[str, dict[str, np.ndarray]]:
+    """Per method and set, each bootstrap replicate's mean over the resampled items, averaged
+    over seeds; every method is scored on the same resampled items (paired)."""
+    rng = np.random.default_rng(seed)
+    scores: dict[str, dict[str, np.ndarray]] = {}
+    for name, per_method in tasks.items():
+        size = len(next(iter(per_method.values()))[0])
+        parts: dict[str, list[np.ndarray]] = {m: [] for m in per_method}
+        for start in range(0, resamples, CHUNK):
+            index = rng.integers(0, size, (min(CHUNK, resamples - start), size))
+            for method, per_seed in per_method.items():
+                parts[method].append(np.mean([items[index].mean(axis=1) for items in per_seed], 0))
+        for method, chunks in parts.items():
+            scores.setdefault(method, {})[name] = np.concatenate(chunks)
+    return scores
+
+
+def bootstrap(
+    predictions: dict[str, list[dict[str, np.ndarray]]], resamples: int, seed: int
+) -> dict[str, dict[str, np.ndarray]]:
+    """Per method (`predictions[method][i]`: seed i's arrays of one suite), the replicates of
+    `bootstrap_scores` over its pair tasks and of `bootstrap_items` over its item sets."""
+    merged: dict[str, dict[str, np.ndarray]] = {method: {} for method in predictions}
+    tasks = pair_tasks(predictions)
+    for found in (
+        bootstrap_scores(tasks, resamples, seed) if tasks else {},
+        bootstrap_items(item_tasks(predictions), resamples, seed),
+    ):
+        for method, by_task in found.items():
+            merged[method] |= by_task
+    return merged
+
+
 def interval(replicates: np.ndarray, confidence: float) -> tuple[float, float]:
     """The percentile interval of the replicates at `confidence`."""
     tail = (1.0 - confidence) / 2.0
@@ -165,6 +217,8 @@ def paired_comparison(
     over seeds."""
     result: dict[str, dict[str, float | bool | None]] = {}
     for task, values in replicates[method].items():
+        if task not in per_seed[method] or task not in per_seed[baseline]:
+            continue  # own sets: no `avg` column
         low, high = interval(values - replicates[baseline][task], confidence)
         scores, reference = per_seed[method][task], per_seed[baseline][task]
         difference = float(np.mean(scores) - np.mean(reference))

@@ -81,11 +81,10 @@ def aggregate(files: list[dict]) -> dict[str, dict]:
             found = [pick(f[suite]) for f in files]
             if any(r is None for r in found):
                 continue
-            result[name] = {
-                k: mean_std([r[k] for r in found])
-                for k in declared.cls.columns
-                if all(k in r for r in found)
-            }
+            columns = declared.cls.report_columns(found[0])
+            if columns:  # own sets: none when eval.own lists none
+                both = [k for k in columns if all(k in r for r in found)]
+                result[name] = {k: mean_std([r[k] for r in found]) for k in both}
     return result
 
 
@@ -106,13 +105,13 @@ def headline(experiment: Experiment) -> dict[str, Any]:
     for name, suites in experiment.singles.items():
         singles[name] = {}
         for suite, metrics in suites.items():
-            columns = SUITES[suite].cls.columns
             for row, values in (
                 (suite, metrics),
                 *((f"{suite}/{r}", metrics.get(r)) for r in REFINED),
             ):
-                if values is not None:
-                    singles[name][row] = {k: values[k] for k in columns if k in values}
+                columns = [] if values is None else SUITES[suite].cls.report_columns(values)
+                if columns:
+                    singles[name][row] = {k: values[k] for k in columns}
     return {TRAINED: trained, **singles}
 
 
