@@ -5,7 +5,7 @@
     python -m sentemb.leaderboard         # merges every experiment run at today's stage code
 
 A row is one experiment: its method (plain, + RepAL, + whitening), the mean ± std over its seeds of
-each suite's average, its paired tests against the SimCSE row (`sentemb.report.compare`), the
+each suite's average (and of each eval.own set), its paired tests against the SimCSE row (`sentemb.report.compare`), the
 commit it ran at, the params that differ from this revision's, the corpus it trained on and the
 autocast its seeds trained under; then the reference rows (the untrained model, TF-IDF) of this
 revision. Rows are merged from HEAD (its committed run), every DVC experiment of any commit and the
@@ -29,9 +29,10 @@ import math
 import re
 import shlex
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sentemb.cli import Parser
 from sentemb.config import UserError, run_plan, section
@@ -79,6 +80,7 @@ VERSUS_CHECKS |= {"significant": lambda b: isinstance(b, bool), "p_seeds": finit
 VERSUS_CHECKS |= {"below_noise": lambda b: isinstance(b, bool)}
 JSON, REPORT = Path("reports/leaderboard.json"), Path("reports/leaderboard.md")
 TITLE = "# Leaderboard"  # the report's first line
+T = TypeVar("T")
 ROWS = [row for suite in SUITES for row in (suite, *(f"{suite}/{r}" for r in REFINED))]
 
 
@@ -227,12 +229,20 @@ def row_label(method: str, params: dict[str, Any]) -> str:
     return f"{method} ({extra})" if extra else method
 
 
+def board_entries(row: str, values: Mapping[str, T]) -> dict[str, T]:
+    """A suite row's entries on the board: its average under the row's name; of a suite with no
+    average (eval.own), each set under `<row>:<set>`."""
+    if "avg" in values:
+        return {row: values["avg"]}
+    return {f"{row}:{column}": value for column, value in values.items()}
+
+
 def scores(experiment: Experiment) -> dict[str, dict[str, float]]:
-    """Each suite's average (plain and refined rows), mean/std/n over seeds."""
+    """Each suite's average, or each own set (plain and refined rows), mean/std/n over seeds."""
     return {
-        row: mean_std(values["avg"])
+        key: mean_std(values)
         for row in ROWS
-        if (values := experiment.scores(row)) is not None and "avg" in values
+        for key, values in board_entries(row, experiment.scores(row) or {}).items()
     }
 
 
@@ -285,7 +295,7 @@ def numbers_problem(row: dict[str, Any]) -> str | None:
     tests per suite row), said with its key, or None."""
     for name, checks in (("scores", SCORE_CHECKS), ("versus", VERSUS_CHECKS)):
         for key, entry in row[name].items():
-            if key not in ROWS:
+            if key.partition(":")[0] not in ROWS:
                 return f"{name}.{key}: not a suite row; rows are {ROWS}"
             if not isinstance(entry, dict):
                 return f"{name}.{key}: not a mapping"
@@ -369,7 +379,11 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
             "trained_on": trained_on(experiment),
             "seeds": experiment.seeds,
             "scores": scores(experiment),
-            "versus": {row: r["avg"] for row, r in versus.get(label, {}).items() if "avg" in r},
+            "versus": {
+                key: result
+                for row, results in versus.get(label, {}).items()
+                for key, result in board_entries(row, results).items()
+            },
         }
         for label, (candidate, experiment, params) in rows.items()
     ]
@@ -385,7 +399,11 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
         "reference_commit": head.commit,
         "rows": board_rows,
         "reference": {
-            name: {row: values["avg"] for row, values in singles[name].items() if "avg" in values}
+            name: {
+                key: value
+                for row, values in singles[name].items()
+                for key, value in board_entries(row, values).items()
+            }
             for name in (UNTRAINED, TFIDF)
         },
         "stale": sorted(  # one per label without a row: of runs still here, the latest

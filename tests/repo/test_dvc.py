@@ -253,6 +253,8 @@ def fake_pipeline(folder: Path, env: dict[str, str]) -> None:
     params.update(method="simcse", seeds=[1])
     params["train"]["corpus"] = "corpus.txt"  # a user's corpus: the fake download writes none
     (folder / "corpus.txt").write_text("A sentence.\n")
+    (folder / "data/own").mkdir(parents=True)  # as a clone has it: the folder of eval.own's sets
+    (folder / "data/own/README.md").write_text("Your test sets.\n")
     run(["git", "init", "-q"], folder, env)
     run([*DVC, "init", "-q"], folder, env)
     (folder / "dvc.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))

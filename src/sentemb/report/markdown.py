@@ -228,15 +228,18 @@ def summary(
 
 
 def row_order(row: str) -> tuple[int, int]:
-    """Suites in `SUITES` order, each plain before its refinements (`sts`, `sts/repal`, ...)."""
-    suite, _, refinement = row.partition("/")
+    """Suites in `SUITES` order, each plain before its refinements (`sts`, `sts/repal`, ...; an
+    own set's `own:<set>` as its row)."""
+    suite, _, refinement = row.partition(":")[0].partition("/")
     return list(SUITES).index(suite), [None, *REFINED].index(refinement or None)
 
 
 def row_label(row: str) -> str:
-    """`sts/repal` -> `sts + RepAL`."""
+    """`sts/repal` -> `sts + RepAL`; `own:captions` -> `own captions`."""
+    row, _, column = row.partition(":")
     suite, _, refinement = row.partition("/")
-    return f"{suite} + {REFINED[refinement]}" if refinement else suite
+    label = f"{suite} + {REFINED[refinement]}" if refinement else suite
+    return f"{label} {column}" if column else label
 
 
 def cell(result: Mapping[str, Any]) -> list[str]:
@@ -293,9 +296,10 @@ def leaderboard(board: Mapping[str, Any]) -> str:
     seeds; its STS test against SimCSE; corpus; commit), the reference rows, then every paired
     test against SimCSE and the rows left out as stale."""
     rows = sorted(board["rows"], key=leaderboard_order)
+    columns = board_columns([*(r["scores"] for r in rows), *board["reference"].values()])
     header = [
         "model",
-        *(f"{SUITES[s].cls.title.split(' (')[0]} avg" for s in SUITES),
+        *(f"{SUITES[s].cls.title.split(' (')[0]} avg" if c is None else c for s, c in columns),
         "STS vs SimCSE",
         "trained on",
         "commit",
@@ -311,7 +315,7 @@ def leaderboard(board: Mapping[str, Any]) -> str:
             table.append(
                 [
                     row["label"] + (f" + {label}" if refinement else ""),
-                    *(spread(row["scores"].get(f"{s}{name}")) for s in SUITES),
+                    *(spread(row["scores"].get(board_key(s, name, c))) for s, c in columns),
                     "-" if test is None else f"{test['difference']:+.2f} ({verdict(test)})",
                     row["trained_on"] if not refinement else "",
                     commit if not refinement else "",
@@ -321,11 +325,10 @@ def leaderboard(board: Mapping[str, Any]) -> str:
         averages = board["reference"][name]
         for refinement, suffix in ((None, ""), *REFINED.items()):
             key = f"/{refinement}" if refinement else ""
-            if not any(f"{s}{key}" in averages for s in SUITES):
+            keys = [board_key(s, key, c) for s, c in columns]
+            if not any(k in averages for k in keys):
                 continue
-            cells = [
-                f"{averages[f'{s}{key}']:.2f}" if f"{s}{key}" in averages else "-" for s in SUITES
-            ]
+            cells = [f"{averages[k]:.2f}" if k in averages else "-" for k in keys]
             reference = board["reference_commit"][:7]
             table.append(
                 [label + (f" + {suffix}" if refinement else ""), *cells, "-", "-", reference]
@@ -353,6 +356,22 @@ def leaderboard(board: Mapping[str, Any]) -> str:
         ]
         parts += ["## Left out (rerun them)", "\n".join(stale)]
     return "\n\n".join(parts) + "\n"
+
+
+def board_columns(entries: list[Mapping[str, Any]]) -> list[tuple[str, str | None]]:
+    """The leaderboard's score columns: (suite, None) for each suite's average, (suite, set) for
+    each own set any row has (`<suite>:<set>` keys of `entries`), in the suites' order."""
+    found = dict.fromkeys(k.partition(":")[2] for e in entries for k in e if ":" in k)
+    return [
+        (suite, column)
+        for suite, declared in SUITES.items()
+        for column in ([None] if declared.cls.columns else found)
+    ]
+
+
+def board_key(suite: str, refinement: str, column: str | None) -> str:
+    """A board entry's key: `sts`, `sts/repal`, `own:captions`, `own/repal:captions`."""
+    return f"{suite}{refinement}" + ("" if column is None else f":{column}")
 
 
 def leaderboard_order(row: Mapping[str, Any]) -> tuple[int, str]:
