@@ -5,19 +5,20 @@
     python -m sentemb.leaderboard         # merges every experiment run at today's stage code
 
 A row is one experiment: its method (plain, + RepAL, + whitening), the mean ± std over its seeds of
-each suite's average (and of each eval.own set), its paired tests against the SimCSE row (`sentemb.report.compare`), the
-commit it ran at, the params that differ from this revision's, the corpus it trained on and the
-autocast its seeds trained under; then the reference rows (the untrained model, TF-IDF) of this
-revision. Rows are merged from HEAD (its committed run), every DVC experiment of any commit and the
-rows the leaderboard already lists. Every row comes from the same stage code as this revision (the
-code files its dvc.lock records for train, refine, evaluate and analyze): a row of other code is
-left out and named with the command that reruns it (with its params), until a row of its label
-replaces it. Each row is tested against SimCSE's on the seeds the two share; a row that shares
-none is left out. A run no branch, tag or experiment holds any more (`dvc exp remove NAME`)
-leaves the board. A listed row whose commit git no longer has (an experiment of another clone)
-keeps its recorded numbers while the stage code and what its paired tests rest on (SimCSE's
-evaluate outputs on its seeds, the `compare` params) are today's; else it is left out too. Of two
-rows of one method and params, the later run is kept, and a run git has replaces a kept one.
+each suite's average (and of each eval.own set), its paired tests against the SimCSE row
+(`sentemb.report.compare`), the commit it ran at, the params that differ from this revision's, the
+corpus it trained on and the autocast its seeds trained under; then the reference rows (the
+untrained model, TF-IDF) of this revision. Rows are merged from HEAD (its committed run), every DVC
+experiment of any commit and the rows the leaderboard already lists. Every row comes from the same
+stage code as this revision (the code files its dvc.lock records for train, refine, evaluate and
+analyze): a row of other code is left out and named with the command that reruns it (with its
+params), until a row of its label replaces it. Each row is tested against SimCSE's on the seeds the
+two share; a row that shares none is left out. A run no branch, tag or experiment holds any more
+(`dvc exp remove NAME`) leaves the board. A listed row whose commit git no longer has (an
+experiment of another clone) keeps its recorded numbers while the stage code and what its paired
+tests rest on (SimCSE's evaluate outputs on its seeds, the `compare` params) are today's; else it
+is left out too. Of two rows of one method and params, the later run is kept, and a run git has
+replaces a kept one.
 """
 
 from __future__ import annotations
