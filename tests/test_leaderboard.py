@@ -340,12 +340,16 @@ def test_leaderboard_merges_the_rows_of_todays_code(repo: Path) -> None:
     sscl = board["rows"][1]
     assert sscl["experiment"] == "noisy-sscl" and sscl["params"] == {}
     assert sscl["versus"]["sts"]["significant"] and sscl["versus"]["sts"]["difference"] < 0
+    assert {"own:mine", "own:faq"} <= set(sscl["scores"])  # a column per eval.own set
+    assert sscl["versus"]["own:faq"]["low"] is not None  # the bootstrap over its items
+    assert sscl["versus"]["own:mine"]["low"] is not None  # the bootstrap over its pairs
     assert [s["label"] for s in board["stale"]] == ["dclr", "paser"]
     assert board["stale"][0]["rerun"] == "dvc exp run --queue -S method=dclr"
     report = (repo / "reports" / "leaderboard.md").read_text()
     assert report.index("| simcse |") < report.index("| sscl |") < report.index("| untrained")
     assert "dclr at " in done.stderr and "ran other stage code: left out" in done.stderr
     assert "## Left out (rerun them)" in report
+    assert "| Retrieval avg | mine | faq |" in report
     again = python(repo, "sentemb.leaderboard")
     assert again.returncode == 0
     assert json.loads((repo / "reports" / "leaderboard.json").read_text()) == board
