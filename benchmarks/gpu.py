@@ -63,7 +63,7 @@ from train_step import (
 )
 
 from sentemb.config import load_params, section
-from sentemb.encoder import Encoder
+from sentemb.encoder import Encoder, autocast_dtype
 from sentemb.model_config import ModelConfig
 from sentemb.model_files import resolve_model
 from sentemb.registry import METHODS
@@ -260,11 +260,8 @@ def main() -> None:
         if args.shape == "bert-base":
             model = random_bert_base(model, Path(folder) / "bert-base")
             params["model"] = {**params.get("model", {}), "name_or_path": model}
-        report["peak_tflops"] = matmul_peak(
-            device,
-            torch.bfloat16 if precision == "bf16" else torch.float32,
-            8192 if device == "cuda" else 512,
-        )
+        dtype = autocast_dtype(precision, torch.device(device)) or torch.float32
+        report["peak_tflops"] = matmul_peak(device, dtype, 8192 if device == "cuda" else 512)
         sentences = cycled(CORPUS, args.corpus_size)
         tokenizer = Encoder.from_pretrained(model).tokenizer
         started = time.perf_counter()
