@@ -17,6 +17,7 @@ from sentemb import leaderboard as leaderboard_module
 from sentemb import review
 from sentemb.config import UserError
 from sentemb.report.runs import git_remote
+from sentemb.training.config import BUILT_IN
 
 from support.experiments import fake_experiment, write_experiment
 
@@ -712,13 +713,20 @@ def test_a_row_says_the_precision_its_seeds_trained_in(autocasts: list[str], sho
         ({"train.lr": None}, {"train.lr": 3e-5}, {"train.lr": None}),
         ({"train.checkpoint_steps": 50}, {"train.checkpoint_minutes": 2.0}, {}),
         ({"a": 1, "b": [1]}, {"a": 1, "b": [1, 2], "c": 3}, {"b": [1]}),
+        ({"train.corpus": "wiki"}, {"train.corpus": BUILT_IN["wiki"]}, {}),
+        (
+            {"train.corpus": "sts"},
+            {"train.corpus": BUILT_IN["wiki"]},
+            {"train.corpus": BUILT_IN["sts"]},
+        ),
+        ({"train.corpus": ["wiki"]}, {"train.corpus": "x"}, {"train.corpus": ["wiki"]}),
     ],
-    ids=["method", "value", "null", "renamed", "added"],
+    ids=["method", "value", "null", "renamed", "added", "value-renamed", "to-today", "unhashable"],
 )
 def test_only_params_both_revisions_have_name_a_run(
     mine: dict[str, object], reference: dict[str, object], expected: dict[str, object]
 ) -> None:
     """A param added, removed or renamed between two revisions is not a choice of the run:
     it would make the default run of older code a variant whose rerun command today's params
-    refuse (`-S train.checkpoint_steps=50`)."""
+    refuse (`-S train.checkpoint_steps=50`). A value renamed since is today's spelling."""
     assert leaderboard_module.differing(mine, reference) == expected

@@ -55,7 +55,7 @@ from sentemb.report.stats import CompareConfig, mean_std
 from sentemb.report.summary import headline
 from sentemb.review import root, run
 from sentemb.tracking import flatten
-from sentemb.training.config import TrainConfig
+from sentemb.training.config import BUILT_IN, TrainConfig
 
 log = logging.getLogger("leaderboard")
 CHAIN = ("train", "refine", "evaluate", "analyze")  # the stages of one seed's run
@@ -64,6 +64,8 @@ BOARD_KEYS = ("code", "params", "tested_against", "rows", "stale")  # what a lat
 ROW_FIELDS = {"label": str, "method": str, "commit": str, "params": dict, "trained_on": str}
 ROW_FIELDS |= {"experiment": object, "seeds": list, "scores": dict, "versus": dict}
 STALE_FIELDS = {"label": str, "commit": str, "reason": str, "rerun": str}
+# param values an older revision spelled otherwise: {param: {old value: today's}}
+RENAMED: dict[str, dict[str, str]] = {"train.corpus": BUILT_IN}
 
 
 def finite(value: Any) -> bool:
@@ -193,11 +195,16 @@ def differing(mine: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]
     """The params (dotted keys) whose value differs from `reference`'s, but `method`. A key
     only one side has is a param added or removed between the two revisions (their stage code
     differs, so the run is stale anyway), not a choice of the run: it neither names the run nor
-    goes into its rerun command, which today's params would refuse."""
+    goes into its rerun command, which today's params would refuse. A value renamed since
+    (`RENAMED`) is compared, and named, as today's spelling."""
+    today = {
+        key: RENAMED.get(key, {}).get(value, value) if isinstance(value, str) else value
+        for key, value in mine.items()
+    }
     return {
-        key: mine[key]
+        key: today[key]
         for key in sorted(set(mine) & set(reference))
-        if key != "method" and mine[key] != reference[key]
+        if key != "method" and today[key] != reference[key]
     }
 
 

@@ -136,6 +136,28 @@ def test_repeats_blanks_and_the_cap_are_counted_by_reason(tmp_path: Path) -> Non
     assert stats.dropped == {"blank": 1, "duplicate": 2, "beyond_corpus_size": 1}
 
 
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    texts=st.lists(st.sampled_from(["a", "b", "c", "d", " ", "e f"]), max_size=40),
+    spill=st.integers(1, 7),
+)
+def test_repeats_are_found_across_spills_and_buckets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, texts: list[str], spill: int
+) -> None:
+    """The first pass spills hashes every `SPILL` texts: the kept sentences and the counts are
+    those of keeping every text seen so far in memory."""
+    monkeypatch.setattr(corpus_module, "SPILL", spill)
+    path = write(tmp_path, "corpus.txt", ["x", *texts])
+    lines = [clean(t) for t in ["x", *texts] if clean(t)]
+    first = [line for n, line in enumerate(lines) if line not in lines[:n]]
+    kept, stats = sentences(path, drop_duplicates=True)
+    assert kept == first
+    assert stats.duplicates == stats.dropped["duplicate"] == len(lines) - len(first)
+    assert sentences(path)[0] == lines
+
+
 def test_bom_crlf_and_cr_are_line_ends_not_text(tmp_path: Path) -> None:
     path = tmp_path / "corpus.txt"
     path.write_bytes(b"\xef\xbb\xbfone\r\ntwo\rthree\n")

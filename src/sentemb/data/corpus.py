@@ -10,15 +10,17 @@ Every text is read under `sentemb.data.readers`' line policy (a BOM dropped; CRL
 line ends; not UTF-8 is an error naming the file and line), stripped, and a line break inside
 a field becomes a space. A blank text is dropped; a repeated one is dropped when
 `train.drop_duplicates`; at most `data.corpus_size` are kept, the first ones. The first pass
-keeps a 64-bit hash of each text (about 33 bytes a text at the peak, with their order); the
-second writes the kept sentences, each checked against its hash (a file that changed in between
-is refused).
+spills a 64-bit hash of each text to temporary files (16 bytes a text, under `TMPDIR`), in 256
+buckets by the hash's first byte, and finds the repeats one bucket at a time; it keeps one bit a
+text in memory. The second pass writes the kept sentences; a file that changed in between is
+refused.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import tempfile
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -105,47 +107,113 @@ class CorpusStats:
     kept: int = 0
 
 
-def repeats(path: Path, rules: CorpusRules, stats: CorpusStats) -> tuple[np.ndarray, np.ndarray]:
-    """First pass: each non-blank text's hash, and whether it repeats an earlier one (counted
-    in `stats`)."""
-    hashes = array("Q")  # 8 bytes a text
-    for _, text in read_texts(path, rules.text_column):
-        stats.read += 1
-        line = clean(text)
-        if line:
-            hashes.append(text_hash(line))
-        else:
-            stats.blank += 1
-    values = np.frombuffer(hashes, dtype=np.uint64)
-    order = np.argsort(values, kind="stable")
-    repeated = np.zeros(len(values), dtype=bool)
-    repeated[order[1:]] = values[order[1:]] == values[order[:-1]]
-    stats.duplicates = int(repeated.sum())
-    return values, repeated
+BUCKETS = 256  # the first pass's spill files, by a hash's first byte
+SPILL = 1 << 16  # texts hashed in memory before they go to the bucket files
+RECORD = np.dtype([("hash", "<u8"), ("index", "<u8")])
+
+
+@dataclass
+class Repeats:
+    """The first pass's findings: the non-blank texts' count, a digest of their hashes in order
+    (the second pass must see the same), and which repeat an earlier one (one bit a text)."""
+
+    count: int
+    digest: bytes
+    bits: np.ndarray
+
+    def __contains__(self, index: int) -> bool:
+        return bool(self.bits[index >> 3] >> (index & 7) & 1)
+
+
+class HashStream:
+    """Hashes of texts in order, spilled every `SPILL` to `spill` and into a running digest."""
+
+    def __init__(self, spill: Callable[[np.ndarray, int], None] | None = None) -> None:
+        self.spill = spill
+        self.digest = hashlib.blake2b(digest_size=16)
+        self.pending = array("Q")
+        self.count = 0
+
+    def add(self, text: str) -> None:
+        self.pending.append(text_hash(text))
+        if len(self.pending) == SPILL:
+            self.flush()
+
+    def flush(self) -> None:
+        values = np.frombuffer(self.pending, dtype=np.uint64).copy()
+        self.digest.update(values.tobytes())
+        if self.spill is not None:
+            self.spill(values, self.count)
+        self.count += len(values)
+        del self.pending[:]
+
+    def done(self) -> tuple[int, bytes]:
+        self.flush()
+        return self.count, self.digest.digest()
+
+
+def repeats(path: Path, rules: CorpusRules, stats: CorpusStats) -> Repeats:
+    """First pass: which non-blank texts repeat an earlier one (counted in `stats`), found
+    bucket by bucket from hashes spilled to disk, so memory stays flat as the file grows."""
+    with tempfile.TemporaryDirectory(prefix="sentemb-corpus-") as folder:
+        buckets = [Path(folder) / f"{b:02x}" for b in range(BUCKETS)]
+
+        def spill(values: np.ndarray, start: int) -> None:
+            records = np.empty(len(values), RECORD)
+            records["hash"] = values
+            records["index"] = np.arange(start, start + len(values), dtype=np.uint64)
+            bucket = (values >> np.uint64(56)).astype(np.intp)
+            records = records[np.argsort(bucket, kind="stable")]  # by bucket, then text order
+            bounds = np.searchsorted(np.sort(bucket), np.arange(BUCKETS + 1))
+            for b in np.flatnonzero(np.diff(bounds)):
+                with buckets[b].open("ab") as f:
+                    records[bounds[b] : bounds[b + 1]].tofile(f)
+
+        stream = HashStream(spill)
+        for _, text in read_texts(path, rules.text_column):
+            stats.read += 1
+            line = clean(text)
+            if line:
+                stream.add(line)
+            else:
+                stats.blank += 1
+        count, digest = stream.done()
+        bits = np.zeros((count + 7) // 8, dtype=np.uint8)
+        for bucket in buckets:
+            if not bucket.exists():
+                continue
+            records = np.fromfile(bucket, RECORD)
+            order = np.argsort(records["hash"], kind="stable")  # the first of equals first
+            values = records["hash"][order]
+            later = records["index"][order[1:]][values[1:] == values[:-1]]
+            np.bitwise_or.at(bits, later >> 3, (1 << (later & 7)).astype(np.uint8))
+            stats.duplicates += len(later)
+    return Repeats(count, digest, bits)
 
 
 def kept_sentences(path: Path, rules: CorpusRules, stats: CorpusStats) -> Iterator[str]:
     """Both passes: the sentences kept, in the file's order; `stats` filled when exhausted.
     A file that keeps fewer than a batch is a `DataFormatError` naming it."""
-    values, repeated = repeats(path, rules, stats)
+    found = repeats(path, rules, stats)
     changed = DataFormatError(f"{path}: it changed while it was read; run the stage again")
     dropped = Counter({"blank": stats.blank})
-    index = 0
+    stream = HashStream()
     for _, text in read_texts(path, rules.text_column):
         line = clean(text)
         if not line:
             continue
-        index += 1
-        if index > len(values) or text_hash(line) != values[index - 1]:
+        index = stream.count + len(stream.pending)
+        if index == found.count:
             raise changed
-        if rules.drop_duplicates and repeated[index - 1]:
+        stream.add(line)
+        if rules.drop_duplicates and index in found:
             dropped["duplicate"] += 1
         elif stats.kept >= rules.size:
             dropped["beyond_corpus_size"] += 1
         else:
             stats.kept += 1
             yield line
-    if index != len(values):
+    if stream.done() != (found.count, found.digest):
         raise changed
     stats.dropped = {k: dropped[k] for k in ("blank", "duplicate", "beyond_corpus_size")}
     if stats.kept == 0:
