@@ -15,10 +15,11 @@ import logging
 from pathlib import Path
 
 from sentemb.cli import Parser, run_stage
+from sentemb.clock import SECONDS
 from sentemb.config import ConfigError, load_params, section
 from sentemb.data.download import MANIFEST, DataConfig, download, repo_path
 from sentemb.io import check_output, read_json, write_json
-from sentemb.tracking import SECONDS, mlflow_run
+from sentemb.tracking import mlflow_run
 
 log = logging.getLogger("download")
 

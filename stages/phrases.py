@@ -11,12 +11,13 @@ from __future__ import annotations
 import logging
 
 from sentemb.cli import Parser, run_stage
+from sentemb.clock import SECONDS
 from sentemb.config import load_params, section
 from sentemb.data.download import DataConfig, use_nltk_data
 from sentemb.data.readers import read_corpus
 from sentemb.io import check_output
 from sentemb.phrases import PhrasesConfig, extract
-from sentemb.tracking import SECONDS, mlflow_run
+from sentemb.tracking import mlflow_run
 
 log = logging.getLogger("phrases")
 

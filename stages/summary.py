@@ -17,11 +17,12 @@ import logging
 from pathlib import Path
 
 from sentemb.cli import Parser, run_stage
+from sentemb.clock import SECONDS
 from sentemb.config import load_params
-from sentemb.io import atomic_path, check_folder, check_output, write_json
+from sentemb.io import atomic_path, check_folder, check_output, numbers, write_json
 from sentemb.report.runs import folder_reader, load
 from sentemb.report.summary import stage_seconds, summarize
-from sentemb.tracking import SECONDS, mlflow_run, numbers
+from sentemb.tracking import mlflow_run
 
 log = logging.getLogger("summary")
 

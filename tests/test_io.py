@@ -24,6 +24,8 @@ from sentemb.io import (
     atomic_path,
     check_folder,
     check_output,
+    flatten,
+    numbers,
     write_json,
 )
 
@@ -331,3 +333,22 @@ def test_folder_that_cannot_be_listed_is_not_replaced(tmp_path: Path, monkeypatc
         pipeline_folder(target)
     monkeypatch.undo()
     assert snapshot(target) == {"sub/result.json": b"{}"}
+
+
+def test_one_flattener_for_params_and_metrics() -> None:
+    """Dotted keys for nested mappings; list items as `[i]` only where asked (metrics files'
+    per-layer lists); an empty mapping is a leaf, so no key is lost."""
+    params = {"eval": {"transfer": {"kfold": 10, "tasks": ["MR", "CR"]}}, "lr": 3e-5, "empty": {}}
+    assert flatten(params) == {
+        "eval.transfer.kfold": 10,
+        "eval.transfer.tasks": ["MR", "CR"],
+        "lr": 3e-5,
+        "empty": {},
+    }
+    assert flatten({"a": [1, {"b": [2.5]}], "c": []}, lists=True) == {"a[0]": 1, "a[1].b[0]": 2.5}
+    assert numbers({"a": [1, True, "x", None], "b": {"c": 2}}, lists=True) == {
+        "a[0]": 1.0,
+        "b.c": 2.0,
+    }
+    assert numbers({"a": [1], "b": 2}) == {"b": 2.0}
+    assert flatten({}) == {}

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sentemb.clock import time_left
 from sentemb.progress import Progress, clock, dvc_plan, follow, recorded_seconds, stage_record
-from sentemb.tracking import time_left
 
 FAKE_DVC = """import sys
 print("Stage 'download' didn't change, skipping")

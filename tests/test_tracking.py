@@ -20,9 +20,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sentemb import tracking
+from sentemb import clock, mlflow_store, signals, tracking
+from sentemb.io import numbers
 from sentemb.services import CONNECT_SECONDS
-from sentemb.tracking import TrackingWarning, flatten, mlflow_run, param_value, sanitize_key
+from sentemb.tracking import TrackingWarning, mlflow_run, param_value, sanitize_key
 
 from support import MIRROR, REPO
 from support.services import UNRESOLVABLE, FakeServer, fake_server, free_port
@@ -30,7 +31,7 @@ from support.services import UNRESOLVABLE, FakeServer, fake_server, free_port
 ENV_VARS = (
     "MLFLOW_TRACKING_URI",
     "MLFLOW_EXPERIMENT_NAME",
-    *tracking.FAST_FAIL_ENV,
+    *mlflow_store.FAST_FAIL_ENV,
     "DATABRICKS_HOST",
     "DATABRICKS_TOKEN",
     "DATABRICKS_CONFIG_PROFILE",
@@ -63,32 +64,6 @@ def tracking_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord
 # -- 1. pure functions -----------------------------------------------------------------------------
 
 
-def test_flatten_nested() -> None:
-    params = {"eval": {"transfer": {"kfold": 10, "tasks": ["MR", "CR"]}}, "lr": 3e-5, "empty": {}}
-    assert flatten(params) == {
-        "eval.transfer.kfold": 10,
-        "eval.transfer.tasks": ["MR", "CR"],
-        "lr": 3e-5,
-    }
-    assert flatten({"a": {"b": 1}}, prefix="train") == {"train.a.b": 1}
-    assert flatten({}) == {}
-
-
-@pytest.mark.parametrize(
-    ("key", "expected"),
-    [
-        ("sts.stsb.spearman", "sts.stsb.spearman"),
-        ("mrr@10", "mrr_at_10"),
-        ("acc%", "acc_pct"),
-        ("recall (top-1)", "recall _top-1_"),
-        ("a:b", "a_b"),
-        ("a//b/", "a/b"),
-        ("/abs/./x", "abs/x"),
-        ("../up", "__/up"),
-        ("é", "_"),
-        ("", "_"),
-    ],
-)
 def test_sanitize_key(key: str, expected: str) -> None:
     assert sanitize_key(key) == expected
     assert sanitize_key(key) == sanitize_key(key)  # deterministic
@@ -122,14 +97,14 @@ def test_default_uri_is_sqlite_in_repo_root(
     (tmp_path / "sub").mkdir()
     monkeypatch.chdir(tmp_path / "sub")
     root = tmp_path.resolve()
-    assert tracking.tracking_uri() == f"sqlite:///{root}/mlflow.db"
+    assert mlflow_store.tracking_uri() == f"sqlite:///{root}/mlflow.db"
     monkeypatch.setenv("DVC_ROOT", str(tmp_path / "sub"))
-    assert tracking.tracking_uri() == f"sqlite:///{root}/sub/mlflow.db"
+    assert mlflow_store.tracking_uri() == f"sqlite:///{root}/sub/mlflow.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
-    assert tracking.tracking_uri() == "http://127.0.0.1:5000"
-    assert tracking.experiment_name() == "sentemb"
+    assert mlflow_store.tracking_uri() == "http://127.0.0.1:5000"
+    assert mlflow_store.experiment_name() == "sentemb"
     monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "other")
-    assert tracking.experiment_name() == "other"
+    assert mlflow_store.experiment_name() == "other"
 
 
 # -- 2. a SQLite store -----------------------------------------------------------------------------
@@ -342,7 +317,7 @@ def test_sigterm_handler_only_during_the_run_and_never_replaces_another(sqlite_u
     from mlflow.tracking import MlflowClient
 
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
-    with pytest.raises(tracking.Terminated), mlflow_run("train", {}) as run:
+    with pytest.raises(signals.Terminated), mlflow_run("train", {}) as run:
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(5)  # the handler raises in this thread long before
     assert MlflowClient(tracking_uri=sqlite_uri).get_run(run.run_id).info.status == "KILLED"
@@ -506,13 +481,13 @@ def test_users_own_settings_win_and_defaults_last_the_run(monkeypatch: pytest.Mo
     with fake_server() as server:
         monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{server.port}")
         with pytest.warns(TrackingWarning, match="no answer within 1 s"), mlflow_run("e", {}):
-            during = {name: os.environ.get(name) for name in tracking.FAST_FAIL_ENV}
+            during = {name: os.environ.get(name) for name in mlflow_store.FAST_FAIL_ENV}
     assert during == {
         "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3",
         "MLFLOW_HTTP_REQUEST_TIMEOUT": "1",
         "MLFLOW_DATABRICKS_ENDPOINT_HTTP_RETRY_TIMEOUT": "10",
     }
-    after = {name: os.environ.get(name) for name in tracking.FAST_FAIL_ENV}
+    after = {name: os.environ.get(name) for name in mlflow_store.FAST_FAIL_ENV}
     assert after == {**during, "MLFLOW_DATABRICKS_ENDPOINT_HTTP_RETRY_TIMEOUT": None}
     assert server.connections == 1
 
@@ -706,7 +681,7 @@ def test_write_metrics_adds_seconds_logs_numbers_and_attaches_the_file(sqlite_ur
         time.sleep(0.2)
         written = run.write_metrics(Path("metrics/train.json"), metrics)
         with pytest.raises(ValueError, match="wall time"):
-            run.write_metrics(Path("other.json"), {tracking.SECONDS: 1})
+            run.write_metrics(Path("other.json"), {clock.SECONDS: 1})
     assert run.unlogged == []
     on_disk = json.loads(Path("metrics/train.json").read_text())
     assert on_disk == written == {**metrics, "seconds": on_disk["seconds"]}
@@ -738,7 +713,7 @@ def test_write_metrics_of_one_of_several_files_takes_its_seconds_and_name(sqlite
 
 def test_numbers_are_the_numeric_leaves() -> None:
     metrics = {"a": 1, "b": True, "c": "x", "d": {"e": 2.5, "f": [1]}, "g": None}
-    assert tracking.numbers(metrics) == {"a": 1.0, "d.e": 2.5}
+    assert numbers(metrics) == {"a": 1.0, "d.e": 2.5}
 
 
 def tiny_st_folder(tiny_model_dir: Path, folder: Path, pooler: str = "cls_before_pooler") -> Path:

@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 
+from sentemb.clock import stage_clock
 from sentemb.config import UserError
-from sentemb.tracking import stage_clock
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # 2026-11-23 10:58:25 INFO train: …
 DATE_FORMAT = "%Y-%m-%d %H:%M:%S"

@@ -20,12 +20,12 @@ from typing import Any
 
 from sentemb.cli import Parser, points
 from sentemb.config import UserError, load_params, section
+from sentemb.io import flatten
 from sentemb.report.compare import compare, shared_seeds
 from sentemb.report.markdown import comparison
 from sentemb.report.runs import Experiment, folder_reader, load, lock_stages, revision_reader
 from sentemb.report.stats import CompareConfig
 from sentemb.review import WORKSPACE, commits, root, run
-from sentemb.tracking import flatten
 
 
 def stale_params(repo: Path, params: dict[str, Any]) -> list[str]:

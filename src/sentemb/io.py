@@ -17,7 +17,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -248,13 +248,27 @@ def write_json(path: str | Path, data: Any) -> None:
         tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
 
 
-def leaves(value: Any, key: str = "") -> Iterator[tuple[str, float]]:
-    """Every number in `value` (nested mappings and lists) with its dotted key (`a.b[2]`)."""
-    if isinstance(value, dict):
-        for name, item in value.items():
-            yield from leaves(item, f"{key}.{name}" if key else str(name))
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            yield from leaves(item, f"{key}[{i}]")
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        yield key, float(value)
+def flatten(value: Mapping[str, Any], lists: bool = False, key: str = "") -> dict[str, Any]:
+    """Nested mappings as one mapping of dotted keys (``{"a": {"b": 1}}`` -> ``{"a.b": 1}``),
+    and, where `lists`, nested lists too (``{"a": [1]}`` -> ``{"a[0]": 1}``); other values,
+    and an empty mapping, are leaves."""
+    flat: dict[str, Any] = {}
+    if isinstance(value, list):
+        items = [(f"{key}[{i}]", item) for i, item in enumerate(value)]
+    else:
+        items = [(f"{key}.{name}" if key else str(name), item) for name, item in value.items()]
+    for where, item in items:
+        if (isinstance(item, Mapping) and item) or (lists and isinstance(item, list)):
+            flat.update(flatten(item, lists, where))
+        else:
+            flat[where] = item
+    return flat
+
+
+def numbers(value: Mapping[str, Any], lists: bool = False) -> dict[str, float]:
+    """The numbers among `flatten(value, lists)`, as floats (booleans are not numbers)."""
+    return {
+        key: float(item)
+        for key, item in flatten(value, lists).items()
+        if isinstance(item, int | float) and not isinstance(item, bool)
+    }

@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 
 from sentemb.cli import Parser
 from sentemb.config import UserError, run_plan, section
-from sentemb.io import atomic_path, check_output, read_json, write_json
+from sentemb.io import atomic_path, check_output, flatten, read_json, write_json
 from sentemb.registry import SUITES
 from sentemb.report.compare import compare_pair
 from sentemb.report.markdown import REFINED, leaderboard
@@ -54,7 +54,6 @@ from sentemb.report.runs import (
 from sentemb.report.stats import CompareConfig, mean_std
 from sentemb.report.summary import headline
 from sentemb.review import root, run
-from sentemb.tracking import flatten
 from sentemb.training.config import BUILT_IN, TrainConfig
 
 log = logging.getLogger("leaderboard")

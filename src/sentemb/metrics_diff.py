@@ -36,14 +36,14 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from sentemb.cli import Parser, points
+from sentemb.clock import SECONDS
 from sentemb.config import UserError, load_params, section
-from sentemb.io import leaves
+from sentemb.io import flatten, numbers
 from sentemb.registry import SUITES
 from sentemb.report.markdown import table_cell
 from sentemb.report.runs import check_scores
 from sentemb.report.stats import NOISE, CompareConfig
 from sentemb.review import WORKSPACE, commits, root, run
-from sentemb.tracking import SECONDS
 
 HEADLINE_ROWS = ("trained", "untrained", "tfidf")  # metrics/summary.json's rows of scores
 SCORES = "plots/summary/scores.json"  # every number of every seed (stage summary)
@@ -151,7 +151,7 @@ def committed(repo: Path, revision: str | None, name: str) -> dict[tuple[str, st
         ["ls-files", "-z"] if revision is None else ["ls-tree", "-rz", "--name-only", revision]
     )
     paths = os.fsdecode(git(repo, *listing, "--", "metrics", SCORES)).split("\0")
-    numbers: dict[tuple[str, str], float] = {}
+    found_numbers: dict[tuple[str, str], float] = {}
     for path in (p for p in paths if p.endswith(".json")):
         where = f"{name}:{path}"
         data = metrics_file(repo, revision, path, name)
@@ -164,15 +164,15 @@ def committed(repo: Path, revision: str | None, name: str) -> dict[tuple[str, st
                 ((f"metrics/runs/{r['seed']}/{r['file']}.json", r["key"]), r["score"]) for r in data
             ]
         else:
-            found = [((path, key), value) for key, value in leaves(data)]
+            found = [((path, key), value) for key, value in numbers(data, lists=True).items()]
         for (file, key), value in found:
             score = number(value, f"{where}: {key}")
             if score is None:
                 raise MetricsDiffError(f"{where}: {key}: {value!r} is not a number")
-            if (file, key) in numbers:
+            if (file, key) in found_numbers:
                 raise MetricsDiffError(f"{where}: {file}: {key}: recorded twice")
-            numbers[(file, key)] = score
-    return numbers
+            found_numbers[(file, key)] = score
+    return found_numbers
 
 
 def metrics_file(repo: Path, revision: str | None, path: str, name: str) -> Any:
@@ -202,18 +202,10 @@ def metrics_file(repo: Path, revision: str | None, path: str, name: str) -> Any:
         except UserError as err:
             raise MetricsDiffError(str(err)) from None
     if path == HEADLINE:
-        for key, value in flat(data):
+        for key, value in flatten(data).items():
             if number(value, f"{where}: {key}") is None:
                 raise MetricsDiffError(f"{where}: {key}: {value!r} is not a number")
     return data
-
-
-def flat(value: Any, key: str = "") -> list[tuple[str, Any]]:
-    """Every value of nested mappings that is not a mapping (or is an empty one), with its
-    dotted key."""
-    if not isinstance(value, dict) or not value:
-        return [(key, value)]
-    return [item for name, v in value.items() for item in flat(v, f"{key}.{name}".lstrip("."))]
 
 
 def has(repo: Path, revision: str | None, path: str) -> bool:

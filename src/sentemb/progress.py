@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from sentemb.tracking import SECONDS, time_left
+from sentemb.clock import SECONDS, time_left
 
 SECONDS_RECORD = Path("plots/summary/seconds.json")  # written by stage `summary`
 STARTED = re.compile(r"^Running stage '(?P<stage>[^']+)':")

@@ -11,26 +11,14 @@ so far under ``seconds`` (:data:`SECONDS`, from the start of the run), every num
 as an MLflow metric (nested keys dotted) and the file attached as an artifact. Readers of metrics
 files skip ``seconds``: it is a time, not a result, and differs from run to run.
 
-Where the runs go:
-
-* tracking URI: ``$MLFLOW_TRACKING_URI``, else ``sqlite:///<repo root>/mlflow.db``, where the repo
-  root is ``$DVC_ROOT`` (set by DVC for every stage command, and pointing at the real workspace
-  even for queued experiments run in a temporary copy), else the git top level of the current
-  directory, else the current directory. The ``./mlruns`` file store is never used (MLflow 3.x
-  refuses it); artifacts of a new experiment in a local SQLite store go to ``mlartifacts/``
-  beside the database file;
-* experiment: ``$MLFLOW_EXPERIMENT_NAME``, else ``sentemb``.
+Where the runs go: `sentemb.mlflow_store`.
 
 If MLflow cannot be reached (server down, bad URI, database locked, ...), one warning says why,
 the stage goes on, and everything afterwards is recorded in :attr:`RunLogger.unlogged` and
-listed in one log warning when the run ends. That takes seconds, whatever the store: before
-MLflow is called, :func:`check_store` makes one first contact of at most
-:data:`~sentemb.services.CONNECT_SECONDS` (MLflow's own loops wait about 100 s for a SQL store
-it cannot open, more than 15 min for Databricks), and during the run :data:`FAST_FAIL_ENV` stops
-MLflow's retries. Errors raised by the stage itself propagate (and the MLflow run, if there is
-one, ends as ``FAILED``). Ctrl-C (SIGINT) and SIGTERM (``kill``, a job scheduler, torchrun
-stopping its workers) end the run as ``KILLED``: during the run SIGTERM raises
-:class:`Terminated`, so cleanups run and the process exits with status 143 (128 + 15).
+listed in one log warning when the run ends. That takes seconds, whatever the store (the first
+contact and the retries: `sentemb.mlflow_store`). Errors raised by the stage itself propagate
+(and the MLflow run, if there is one, ends as ``FAILED``). Ctrl-C (SIGINT) and SIGTERM end the
+run as ``KILLED`` (`sentemb.signals`).
 
 ``mlflow`` is imported lazily, so importing this module is cheap.
 """
@@ -44,24 +32,28 @@ import logging
 import os
 import posixpath
 import re
-import signal
-import subprocess
-import threading
 import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-from sentemb.services import CONNECT_SECONDS, call_within, http_answers, reason
+from sentemb.clock import SECONDS, stage_started
+from sentemb.io import flatten, numbers, write_json
+from sentemb.mlflow_store import (
+    HTTP_TIMEOUT_ENV,
+    check_store,
+    experiment_name,
+    fast_fail_env,
+    git_output,
+    local_artifact_location,
+    tracking_uri,
+)
+from sentemb.services import CONNECT_SECONDS, reason
+from sentemb.signals import Terminated, sigterm_raises
 
 log = logging.getLogger(__name__)
 
-SECONDS = "seconds"  # a metrics file's wall time of its stage: not a result, never compared
-DEFAULT_EXPERIMENT = "sentemb"
-DB_NAME = "mlflow.db"
-ARTIFACTS_DIR = "mlartifacts"
 
 # Limits enforced by MLflow (mlflow/utils/validation.py).
 MAX_PARAM_VAL_LENGTH = 6000
@@ -69,18 +61,6 @@ MAX_TAG_VAL_LENGTH = 8000
 MAX_KEY_LENGTH = 250
 MAX_PARAMS_TAGS_PER_BATCH = 100
 MAX_METRICS_PER_BATCH = 1000
-
-# Environment defaults during a run, so that a store that fails mid-run costs seconds, not
-# minutes (names from mlflow/environment_variables.py, mlflow 3.x): one HTTP attempt of at most
-# 10 s (an upload's answer may take that long), and Databricks' SDK retrying for 10 s, not 500 s.
-# A variable the user set is theirs; an explicit MLFLOW_HTTP_REQUEST_TIMEOUT also sets how long
-# the first contact (`check_store`) may wait.
-HTTP_TIMEOUT_ENV = "MLFLOW_HTTP_REQUEST_TIMEOUT"
-FAST_FAIL_ENV = {
-    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
-    HTTP_TIMEOUT_ENV: "10",
-    "MLFLOW_DATABRICKS_ENDPOINT_HTTP_RETRY_TIMEOUT": "10",
-}
 
 # Environment variables that `dvc exp run` / `dvc repro` set for a stage command (dvc 3.x:
 # dvc/repo/experiments/queue/base.py and dvc/stage/run.py).
@@ -96,46 +76,6 @@ _BAD_KEY_CHARS = re.compile(r"[^A-Za-z0-9_\-. /]")
 
 class TrackingWarning(UserWarning):
     """MLflow could not be used; the stage carries on without (some) tracking."""
-
-
-class Terminated(SystemExit):
-    """SIGTERM arrived: unwinds the stage like Ctrl-C, then exits with status 128 + 15, quietly."""
-
-    def __init__(self) -> None:
-        super().__init__(128 + signal.SIGTERM)
-
-
-def _raise_terminated(signum: int, frame: Any) -> None:
-    raise Terminated
-
-
-@contextlib.contextmanager
-def sigterm_raises() -> Iterator[None]:
-    """While inside, SIGTERM raises `Terminated` (in the main thread, where Python runs signal
-    handlers) unless someone else already handles it; the earlier handler is restored after."""
-    if (
-        threading.current_thread() is not threading.main_thread()
-        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
-    ):
-        yield
-        return
-    signal.signal(signal.SIGTERM, _raise_terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-def flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Flatten nested mappings into dotted keys: ``{"a": {"b": 1}}`` -> ``{"a.b": 1}``."""
-    flat: dict[str, Any] = {}
-    for key, value in params.items():
-        name = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, Mapping):
-            flat.update(flatten(value, name))
-        else:
-            flat[name] = value
-    return flat
 
 
 def sanitize_key(key: str) -> str:
@@ -155,16 +95,6 @@ def sanitize_key(key: str) -> str:
         key = f"{key[: MAX_KEY_LENGTH - 9].rstrip('/')}_{digest}"
     assert posixpath.normpath(key) == key, key
     return key
-
-
-def numbers(metrics: Mapping[str, Any]) -> dict[str, float]:
-    """The numeric leaves of a metrics file, dotted (``{"a": {"b": 1}}`` -> ``{"a.b": 1.0}``);
-    strings, lists, booleans and nulls are left out."""
-    return {
-        key: float(value)
-        for key, value in flatten(metrics).items()
-        if isinstance(value, int | float) and not isinstance(value, bool)
-    }
 
 
 def flavour_unsupported() -> str | None:
@@ -200,45 +130,16 @@ def param_value(value: Any) -> str:
     return _truncate(text, MAX_PARAM_VAL_LENGTH)
 
 
-def tracking_uri() -> str:
-    """``$MLFLOW_TRACKING_URI``, else a SQLite database in the repo root."""
-    uri = os.environ.get("MLFLOW_TRACKING_URI", "").strip()
-    return uri or f"sqlite:///{repo_root() / DB_NAME}"
-
-
-def experiment_name() -> str:
-    """``$MLFLOW_EXPERIMENT_NAME``, else ``sentemb``."""
-    return os.environ.get("MLFLOW_EXPERIMENT_NAME", "").strip() or DEFAULT_EXPERIMENT
-
-
-def repo_root() -> Path:
-    """``$DVC_ROOT``, else the git top level of the current directory, else the current one."""
-    if os.environ.get("DVC_ROOT"):
-        return Path(os.environ["DVC_ROOT"]).resolve()
-    top = _git("rev-parse", "--show-toplevel")
-    return Path(top).resolve() if top else Path.cwd().resolve()
-
-
 def git_tags(cwd: str | Path | None = None) -> dict[str, str]:
     """``git.commit`` (``unknown`` outside git) and, inside git, ``git.dirty`` (true/false)."""
-    commit = _git("rev-parse", "HEAD", cwd=cwd)
+    commit = git_output("rev-parse", "HEAD", cwd=cwd)
     if not commit:
         return {"git.commit": "unknown"}
     tags = {"git.commit": commit, "mlflow.source.git.commit": commit}
-    status = _git("status", "--porcelain", "--untracked-files=no", cwd=cwd, strip=False)
+    status = git_output("status", "--porcelain", "--untracked-files=no", cwd=cwd, strip=False)
     if status is not None:
         tags["git.dirty"] = "true" if status.strip() else "false"
     return tags
-
-
-def _git(*args: str, cwd: str | Path | None = None, strip: bool = True) -> str | None:
-    try:
-        done = subprocess.run(
-            ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10, check=True
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout.strip() if strip else done.stdout
 
 
 def _truncate(text: str, limit: int) -> str:
@@ -248,117 +149,6 @@ def _truncate(text: str, limit: int) -> str:
 def _chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
-
-
-def _sqlite_file(uri: str) -> Path | None:
-    """The database file of a file-backed SQLite URI (not ``:memory:`` or a ``file:`` URI)."""
-    if not uri.startswith("sqlite:"):
-        return None
-    try:
-        from sqlalchemy.engine import make_url
-
-        database = make_url(uri).database
-    except Exception:
-        return None
-    if not database or database == ":memory:" or database.startswith("file:"):
-        return None
-    return Path(database)
-
-
-def _local_artifact_location(uri: str) -> str | None:
-    """For a file-backed SQLite URI: a file URI of ``mlartifacts/`` beside the database."""
-    database = _sqlite_file(uri)
-    return None if database is None else (database.resolve().parent / ARTIFACTS_DIR).as_uri()
-
-
-def _open_sqlite(database: Path, seconds: float) -> None:
-    """Open `database` as MLflow would (creating it and its folders if missing) and read its
-    table list, waiting at most `seconds` for another process's lock: a folder, a file that is
-    no database, a place where no file can be made (``/proc``, a read-only folder) or a lock
-    held throughout raises at once, not after MLflow's ten tries of 100 s in all."""
-    import sqlite3
-
-    database.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.closing(sqlite3.connect(database, timeout=seconds)) as connection:
-        connection.execute("SELECT count(*) FROM sqlite_master").fetchone()
-
-
-def _database_answers(uri: str) -> None:
-    """Connect once to the SQL database of `uri` (its driver missing raises at once)."""
-    import sqlalchemy
-
-    engine = sqlalchemy.create_engine(uri)
-    try:
-        with engine.connect():
-            pass
-    finally:
-        engine.dispose()
-
-
-def _databricks_answers(uri: str, seconds: float) -> None:
-    """The Databricks workspace of `uri` (from its credentials, which must exist) answers."""
-    from mlflow.utils.databricks_utils import get_databricks_host_creds
-
-    http_answers(get_databricks_host_creds(uri).host, seconds)
-
-
-def check_store(uri: str, seconds: float = CONNECT_SECONDS) -> None:
-    """Raise unless the tracking store at `uri` answers a first contact within `seconds`.
-
-    A SQLite file is opened as MLflow would open it; a SQL server gets one connection, an HTTP(S)
-    server or a Databricks workspace one request, each abandoned after `seconds`, so a host that
-    does not resolve, a closed port or a server that never answers costs `seconds` at most.
-    Other URIs (a file store, an unknown scheme) are left to MLflow, which refuses them at once.
-    """
-    scheme = urlsplit(uri).scheme.lower()
-    if scheme == "sqlite":
-        database = _sqlite_file(uri)
-        if database is not None:
-            _open_sqlite(database, seconds)
-    elif scheme in ("http", "https"):
-        call_within(seconds, lambda: http_answers(uri, seconds))
-    elif scheme == "databricks" or uri == "databricks":
-        call_within(seconds, lambda: _databricks_answers(uri, seconds))
-    elif scheme.partition("+")[0] in ("postgresql", "mysql", "mssql"):
-        call_within(seconds, lambda: _database_answers(uri))
-
-
-@contextlib.contextmanager
-def fast_fail_env() -> Iterator[dict[str, str]]:
-    """:data:`FAST_FAIL_ENV` for the variables the user left unset, while inside; yields those
-    the user set."""
-    own = {name: os.environ[name] for name in FAST_FAIL_ENV if name in os.environ}
-    added = [name for name in FAST_FAIL_ENV if name not in own]
-    os.environ.update({name: FAST_FAIL_ENV[name] for name in added})
-    try:
-        yield own
-    finally:
-        for name in added:
-            os.environ.pop(name, None)
-
-
-_clock: dict[str, float] = {}  # the stage's start, while `stage_clock` runs
-
-
-def time_left(seconds: float) -> str:
-    """An estimate of time left as people read it: `~40 s`, `~14 min`, `~3 h`, `~1,500,000 h`."""
-    if seconds < 60:
-        return f"~{round(seconds)} s left"
-    if seconds < 2 * 3600:
-        return f"~{round(seconds / 60)} min left"
-    return f"~{round(seconds / 3600):,} h left"
-
-
-@contextlib.contextmanager
-def stage_clock() -> Iterator[None]:
-    """The stage's wall-time clock (`RunLogger.seconds`) runs from here (`sentemb.cli.run_stage`),
-    so `seconds` covers input checks and model loading done before the MLflow run opens; a run
-    opened outside it starts its own clock."""
-    _clock["started"] = time.perf_counter()
-    try:
-        yield
-    finally:
-        _clock.pop("started", None)
 
 
 class RunLogger:
@@ -376,7 +166,7 @@ class RunLogger:
         self.run_id: str | None = None
         self.error: str | None = None
         self.model_uri: str | None = None
-        self.started = _clock.get("started", time.perf_counter())
+        self.started = stage_started()
         self._client: Any = None
 
     @property
@@ -423,8 +213,6 @@ class RunLogger:
         files share a run) and attach the file; returns what was written."""
         if SECONDS in metrics:
             raise ValueError(f"{path}: {SECONDS!r} is the stage's wall time, not a metric")
-        from sentemb.io import write_json
-
         written = {**metrics, SECONDS: round(self.seconds if seconds is None else seconds, 1)}
         write_json(path, written)
         self.log_metrics(numbers({name: written} if name else written))
@@ -531,7 +319,7 @@ class RunLogger:
         if experiment is None:
             try:
                 return self._client.create_experiment(
-                    name, artifact_location=_local_artifact_location(self.tracking_uri or "")
+                    name, artifact_location=local_artifact_location(self.tracking_uri or "")
                 )
             except MlflowException:  # created meanwhile by a parallel stage?
                 experiment = self._client.get_experiment_by_name(name)

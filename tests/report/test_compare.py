@@ -12,7 +12,7 @@ import pytest
 from scipy.stats import bootstrap, spearmanr, ttest_rel
 
 from sentemb.config import ConfigError, UserError, section
-from sentemb.io import leaves
+from sentemb.io import numbers
 from sentemb.registry import SUITES
 from sentemb.report.compare import compare, shared_seeds
 from sentemb.report.runs import (
@@ -241,7 +241,7 @@ def test_headline_of_a_full_run_keeps_a_diff_short() -> None:
         for i in range(3)
     ]
     experiment = Experiment("x", {}, "x", [1, 2, 3], files, {}, {}, {}, {})
-    assert len(list(leaves(headline(experiment)["trained"]))) == 84
+    assert len(numbers(headline(experiment)["trained"], lists=True)) == 84
 
 
 def test_aggregate_keeps_a_refinement_only_where_every_seed_has_it() -> None:

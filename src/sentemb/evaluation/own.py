@@ -35,6 +35,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from sentemb.clock import SECONDS
 from sentemb.data.readers import DataFormatError, PairSet, is_blank
 from sentemb.data.tables import read_rows, text_field
 from sentemb.evaluation.base import (
@@ -49,7 +50,6 @@ from sentemb.evaluation.base import (
 )
 from sentemb.evaluation.sts import cosine_scores
 from sentemb.registry import register_suite
-from sentemb.tracking import SECONDS
 
 OWN_FOLDER = "data/own"
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")

@@ -18,15 +18,15 @@ from typing import Any
 
 import numpy as np
 
+from sentemb.clock import SECONDS
 from sentemb.config import ConfigError, section
-from sentemb.io import leaves, write_json
+from sentemb.io import numbers, write_json
 from sentemb.registry import SUITES
 from sentemb.report import plots
 from sentemb.report.markdown import REFINED, protocol, summary
 from sentemb.report.plots import BEFORE
 from sentemb.report.runs import PREDICTIONS, RUNS, Experiment
 from sentemb.report.stats import CompareConfig, density_bins, mean_std
-from sentemb.tracking import SECONDS
 
 GEOMETRY = ("alignment", "uniformity")
 LAYERS = ("inter_layer", "token_wise")
@@ -64,7 +64,7 @@ def scores(experiment: Experiment) -> list[dict[str, Any]]:
         {"seed": seed, "file": name, "key": key, "score": value}
         for seed, files in zip(experiment.seeds, experiment.files, strict=True)
         for name, metrics in files.items()
-        for key, value in leaves(metrics)
+        for key, value in numbers(metrics, lists=True).items()
         if key != SECONDS
     ]
 

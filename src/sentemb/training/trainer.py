@@ -36,10 +36,10 @@ from sentence_transformers import SentenceTransformerTrainer
 from sentence_transformers.base.evaluation import BaseEvaluator
 from transformers import TrainerCallback, set_seed
 
+from sentemb.clock import time_left
 from sentemb.config import ConfigError, UserError
 from sentemb.evaluation.base import UnusableVectors
 from sentemb.io import atomic_path
-from sentemb.tracking import time_left
 from sentemb.training.checkpoint import LOSS_FILE, STATE_FILE
 
 if TYPE_CHECKING:
