@@ -16,7 +16,14 @@ import yaml
 from sentemb import leaderboard as leaderboard_module
 from sentemb import review
 from sentemb.config import UserError
-from sentemb.report.runs import git_remote
+from sentemb.registry import SUITES
+from sentemb.report.runs import (
+    SCORES,
+    MissingResults,
+    committed_files,
+    folder_reader,
+    git_remote,
+)
 from sentemb.training.config import BUILT_IN
 
 from support.experiments import fake_experiment, write_experiment
@@ -92,7 +99,7 @@ def test_compare_tests_an_experiment_against_a_revision(repo: Path) -> None:
     lines = done.stdout.splitlines()
     assert lines[0] == "### `HEAD` → `noisy-sscl`: simcse → sscl (seeds 1, 2)"
     sts = next(line for line in lines if line.startswith("| sts |"))
-    assert sts.endswith("| significant |") and "| -" in sts  # noisier: clearly worse
+    assert sts.endswith("| significant | bootstrap |") and "| -" in sts  # noisier: clearly worse
     assert len([line for line in lines if line.startswith("| ")]) == 1 + 5  # header + rows
 
 
@@ -290,15 +297,58 @@ def test_the_git_remote_named_is_the_only_one_else_a_placeholder(tmp_path: Path)
     assert git_remote(tmp_path) == "<git remote>"
 
 
+def test_compare_reads_a_revision_from_git_alone(repo: Path, tmp_path: Path) -> None:
+    """A revision whose per-seed metrics files and predictions no cache holds (a fresh clone,
+    no remote): its per-seed scores come from git's plots/summary/scores.json, so every Δ and
+    every p is what the full files give; the verdicts rest on the seeds, and the output says
+    where the scores came from and why there is no bootstrap."""
+    full = python(repo, "sentemb.compare", "noisy-sscl", "HEAD", "--tasks")
+    assert full.returncode == 0, full.stderr[-2000:]
+    clone = clone_of(repo, tmp_path / "clone")
+    git(clone, "rm", "-rq", "metrics/runs", "predictions")
+    git(clone, "commit", "-qm", "per-seed files as DVC outputs no cache holds")
+    experiment_ref(clone, git(clone, "rev-parse", "HEAD~1"), git(clone, "rev-parse", "HEAD"), "x")
+    done = python(clone, "sentemb.compare", "noisy-sscl", "x", "--tasks")
+    assert done.returncode == 0, done.stderr[-2000:]
+
+    def rows(output: str) -> list[list[str]]:  # the table's rows, header and rule left out
+        return [line.split(" | ") for line in output.splitlines() if line.startswith("| ")][2:]
+
+    assert len(rows(done.stdout)) == len(rows(full.stdout)) > 5
+    for mine, theirs in zip(rows(done.stdout), rows(full.stdout), strict=True):
+        assert mine[-1] == "t-test (seeds) |"
+        assert mine[:4] + mine[5:6] == theirs[:4] + theirs[5:6]  # row, sides, Δ, p
+    notes = [line for line in done.stdout.splitlines() if line.startswith("- `x`: ")]
+    assert notes[0].startswith("- `x`: per-seed scores from git (plots/summary/scores.json)")
+    assert "every verdict rests on the t-test over seeds" in notes[1]
+
+
+def test_git_holds_every_score_a_comparison_reads(tmp_path: Path) -> None:
+    """The per-seed files rebuilt from plots/summary/scores.json are the files, but for the
+    records' text fields, which it does not hold."""
+    experiment = fake_experiment("simcse", [1, 2], 3)
+    write_experiment(tmp_path, experiment)
+    missing = MissingResults("x")
+    rebuilt = committed_files(folder_reader(tmp_path), [1, 2], set(SUITES), missing)
+    for files, original in zip(rebuilt, experiment.files, strict=True):
+        assert {s: files[s] for s in SUITES} == {s: original[s] for s in SUITES}
+        assert files["train"]["sentences"] == original["train"]["sentences"]
+        assert files["train"]["autocast"] is None
+    (tmp_path / SCORES).unlink()
+    with pytest.raises(MissingResults, match=r"^x$"):
+        committed_files(folder_reader(tmp_path), [1], set(SUITES), missing)
+
+
 @pytest.mark.parametrize("remote", [None, "store"])
 @pytest.mark.parametrize("kind", ["revision", "experiment"])
-def test_compare_says_which_dvc_command_gets_missing_predictions(
+def test_compare_without_predictions_rests_on_the_seeds_and_says_how_to_get_them(
     repo: Path, tmp_path: Path, remote: str | None, kind: str
 ) -> None:
-    """With a default remote: the pull command for that kind of name, quoted for a shell;
-    without one (a fresh clone here), no `dvc pull` that could only fail: add the remote, or
-    rerun (a revision's pipeline, or the experiment as a new one: `git checkout` of an
-    experiment's name fails)."""
+    """Predictions no cache holds: every verdict rests on the t-test over seeds, and the output
+    says so and why. With a default remote: the pull command for that kind of name, quoted for
+    a shell; without one (a fresh clone here), no `dvc pull` that could only fail: add the
+    remote, or rerun (a revision's pipeline, or the experiment as a new one: `git checkout` of
+    an experiment's name fails)."""
     clone = clone_of(repo, tmp_path / "clone")
     if remote:
         dvc = [sys.executable, "-m", "dvc", "remote", "add", "--local", "-d", remote]
@@ -312,21 +362,25 @@ def test_compare_says_which_dvc_command_gets_missing_predictions(
         )
         git(clone, "reset", "-q", "--hard", "HEAD~1")
     done = python(clone, "sentemb.compare", "HEAD~1" if kind == "revision" else "HEAD", name)
-    error = done.stderr.strip().splitlines()[-1]
-    assert error.startswith(f"error: {name}:predictions/1/sts.npz: not in git, the DVC cache")
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| sts")]
+    assert rows and all(row.endswith("| t-test (seeds) |") and "| - |" in row for row in rows)
+    note = next(line for line in done.stdout.splitlines() if line.startswith(f"- `{name}`"))
+    assert "every verdict rests on the t-test over seeds" in note
+    assert f"missing: {name}:predictions/1/sts.npz: not in git, the DVC cache" in note
     again = {
         "revision": f"run that revision's pipeline again (`git checkout {name} && dvc repro`)",
         "experiment": f"run it again as a new experiment (`dvc exp apply {name} && dvc exp run`)",
     }[kind]
-    assert error.endswith(f"or {again}")
+    assert note.endswith(f"or {again}")
     pull = {
         "revision": f"`git checkout {name} && dvc pull`",
         "experiment": f"`dvc exp pull origin {name} -r store`",  # git remote, then DVC remote
     }[kind]
     if remote:
-        assert f"get it from remote 'store': {pull};" in error
+        assert f"get it from remote 'store': {pull};" in note
     else:
-        assert "dvc pull" not in error and "no DVC remote is configured here" in error
+        assert "dvc pull" not in note and "no DVC remote is configured here" in note
 
 
 def test_leaderboard_merges_the_rows_of_todays_code(repo: Path) -> None:
@@ -354,6 +408,26 @@ def test_leaderboard_merges_the_rows_of_todays_code(repo: Path) -> None:
     again = python(repo, "sentemb.leaderboard")
     assert again.returncode == 0
     assert json.loads((repo / "reports" / "leaderboard.json").read_text()) == board
+
+
+def test_leaderboard_builds_from_git_alone(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A clone whose per-seed files and predictions no cache holds: the same rows and scores;
+    each test against SimCSE rests on the seeds (no interval), with the same p."""
+    full = json.loads(json.dumps(rebuild(clone_of(repo, tmp_path / "full"), monkeypatch)))
+    clone = clone_of(repo, tmp_path / "clone")
+    git(clone, "rm", "-rq", "metrics/runs", "predictions")
+    git(clone, "commit", "-qm", "per-seed files as DVC outputs no cache holds")
+    board = rebuild(clone, monkeypatch)
+    rows, full_rows = (sorted(b["rows"], key=lambda r: r["label"]) for b in (board, full))
+    assert [r["label"] for r in rows] == [r["label"] for r in full_rows] == ["simcse", "sscl"]
+    for mine, theirs in zip(rows, full_rows, strict=True):
+        assert mine["scores"] == theirs["scores"]
+        for row, result in mine["versus"].items():
+            assert result["test"] == "seeds" and result["low"] is None
+            assert result["p_seeds"] == theirs["versus"][row]["p_seeds"]
+    assert rows[0]["trained_on"].endswith("autocast not in git")
 
 
 def rebuild(clone: Path, monkeypatch: pytest.MonkeyPatch) -> dict:

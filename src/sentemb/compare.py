@@ -8,9 +8,12 @@
 Each side is one experiment (its method x its seeds), read from git and the DVC cache (or a
 remote): the per-seed metrics, the pair suites' per-pair scores and the reference rows. Per
 suite average (and task, with `--tasks`), plain and with each refinement: the difference of the
-seed means, the paired bootstrap over the test pairs (STS, Chinese) and the paired t-test over
-seeds, and a verdict where |Δ| below `compare.noise` (of B's params) is `noise`. When a side's
-predictions are in neither the cache nor a remote, the error says which `dvc` command gets them.
+seed means, the paired bootstrap over the test pairs (STS, Chinese, own sets) and the paired
+t-test over seeds, and a verdict where |Δ| below `compare.noise` (of B's params) is `noise`;
+each row says which test its verdict rests on. A revision's per-seed metrics that no cache or
+remote holds are read from git (`plots/summary/scores.json`); where a side's predictions are
+missing, every verdict rests on the t-test over seeds and a note says why and which `dvc`
+command gets them. The output is a pull request's comment: `... | gh pr comment <n> -F -`.
 """
 
 from __future__ import annotations
@@ -71,7 +74,7 @@ def experiment(name: str, repo: Path, commit: str | None) -> Experiment:
                     "workspace's outputs are not its params' results: `dvc repro` first"
                 )
             return load(folder_reader(repo), name, params)
-        return load(revision_reader(commit, repo, name), name)
+        return load(revision_reader(commit, repo, name), name, from_git=True)
     except UserError as err:
         if name in str(err):
             raise

@@ -332,7 +332,7 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
     found, gone = candidates(repo, {r["commit"] for r in [*before["rows"], *before["stale"]]})
     head = found[0]
     read_head = revision_reader(head.commit, repo)
-    reference = load(read_head, head.commit[:7])  # also HEAD's row: loaded once
+    reference = load(read_head, head.commit[:7], from_git=True)  # also HEAD's row: loaded once
     current = code(read_head, reference.seeds[0])
     flat = flatten(reference.params)
     rows: dict[str, tuple[Candidate, Experiment, dict[str, Any]]] = {}
@@ -349,7 +349,7 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
             if code(read, seeds[0]) != current:  # from git alone: its data may be gone
                 stale.append(left_out(method, candidate.commit, "ran other stage code", params))
                 continue
-            experiment = reference if candidate is head else load(read, name, ran)
+            experiment = reference if candidate is head else load(read, name, ran, from_git=True)
         except UserError as err:  # an experiment that cannot be a row blocks no other row
             if candidate is head:
                 raise

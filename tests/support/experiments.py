@@ -12,8 +12,9 @@ from scipy.stats import spearmanr
 from sentemb.config import load_params
 from sentemb.io import write_json
 from sentemb.registry import SUITES
-from sentemb.report.runs import TFIDF, UNTRAINED, Experiment
+from sentemb.report.runs import SCORES, TFIDF, UNTRAINED, Experiment
 from sentemb.report.stats import pair_tasks
+from sentemb.report.summary import scores
 
 from support import REPO
 
@@ -93,3 +94,4 @@ def write_experiment(root: Path, experiment: Experiment) -> None:
         for suite, metrics in experiment.singles[row].items():
             write_json(root / "metrics" / folder / f"{suite}.json", metrics)
     write_json(root / "metrics" / "reference" / "analysis.json", experiment.before)
+    write_json(root / SCORES, scores(experiment))  # what stage summary commits

@@ -7,7 +7,8 @@ bootstrap over its test pairs (every experiment scored on the same resampled pai
 (`stats.bootstrap_items`), and each the paired t-test over seeds; the other columns and every
 refinement, whose per-item scores are not kept, the paired t-test over seeds. Seeds pair by
 value: experiments are compared on the seeds they share. A |Δ mean| below `compare.noise` is
-`noise` whatever the tests say.
+`noise` whatever the tests say. Where a side has no predictions (`Experiment.predictions_missing`)
+every row rests on the t-test over seeds. Each result says its test (`TESTS`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from sentemb.report.stats import (
     seed_test,
 )
 
-Result = dict[str, float | bool | None]
+Result = dict[str, float | bool | str | None]
+TESTS = ("bootstrap", "seeds")  # what a result's verdict rests on: the test pairs, or the seeds
 
 
 def on_seeds(experiment: Experiment, seeds: list[int]) -> Experiment:
@@ -98,6 +100,7 @@ def seed_comparison(
             "significant": p is not None and p < 1.0 - confidence,
             "below_noise": abs(difference) < noise,
             "p_seeds": p,
+            "test": "seeds",
         }
     return result
 
@@ -120,11 +123,17 @@ def compare_pair(
 ) -> dict[str, dict[str, Result]]:
     """`other` (`label`) against `baseline` (`base_label`) on their shared seeds and pairs."""
     pair = shared_seeds({base_label: baseline, label: other})
-    check_pairs(pair)
+    both = all(e.predictions_missing is None for e in pair.values())
+    if both:
+        check_pairs(pair)
     results: dict[str, dict[str, Result]] = {}
     for suite in SUITES:
         predictions = {name: e.predictions.get(suite, []) for name, e in pair.items()}
-        replicates = bootstrap(predictions, config.resamples, config.seed)
+        replicates = (
+            bootstrap(predictions, config.resamples, config.seed)
+            if both
+            else {name: {} for name in pair}
+        )
         for row in (suite, *(f"{suite}/{r}" for r in REFINED)):
             scores = {name: e.scores(row) for name, e in pair.items()}
             if not scores[base_label] or not scores[label]:

@@ -16,6 +16,7 @@ from sentemb.config import METHOD_SECTIONS, section
 from sentemb.evaluation.chinese import ChineseConfig
 from sentemb.model_config import ModelConfig
 from sentemb.registry import REFINEMENTS, SUITES
+from sentemb.report.runs import RUNS
 from sentemb.report.stats import NO_DIFFERENCE, NOISE, mean_std
 from sentemb.training.config import WIKI, TrainConfig
 
@@ -278,7 +279,9 @@ def comparison(
                 continue
             name = row_label(row) + ("" if column == "avg" else f" {column}")
             values = [spread(mean_std(s[column])) for s in (before, after)]  # type: ignore[index]
-            rows.append([name, *values, *cell(results[row][column])])
+            result = results[row][column]
+            rests_on = "bootstrap" if result["test"] == "bootstrap" else "t-test (seeds)"
+            rows.append([name, *values, *cell(result), rests_on])
     header = [
         "row",
         old.label,
@@ -287,8 +290,27 @@ def comparison(
         f"{config.confidence:.0%} CI",
         "p (seeds)",
         "verdict",
+        "rests on",
     ]
-    return "\n".join(lines) + markdown(header, rows) + "\n"
+    notes = [f"- `{side.label}`: {note}" for side in (old, new) for note in sources(side)]
+    return "\n".join(lines) + markdown(header, rows) + "\n" + "".join(f"\n{n}" for n in notes)
+
+
+def sources(experiment: Any) -> list[str]:
+    """What a comparison reads of `experiment` where it is not its own files: its per-seed
+    scores from git, and why its predictions, and so the bootstrap, are missing."""
+    notes = []
+    if experiment.scores_from != RUNS:
+        notes.append(
+            f"per-seed scores from git ({experiment.scores_from}): its per-seed metrics files "
+            "are in neither the DVC cache nor a remote"
+        )
+    if experiment.predictions_missing:
+        notes.append(
+            "every verdict rests on the t-test over seeds, not the bootstrap over test pairs, "
+            f"whose predictions are missing: {experiment.predictions_missing}"
+        )
+    return notes
 
 
 def leaderboard(board: Mapping[str, Any]) -> str:

@@ -7,6 +7,12 @@ analysis records, the pair suites' `predictions/<seed>/<suite>.npz` and the trai
 `load` reads them through a `Reader`: the files of a folder (`folder_reader`, what stage
 `summary` reads) or those of a revision (`revision_reader`: git for the committed files, the DVC
 cache or a remote for the outputs DVC keeps, such as the predictions).
+
+Where a revision's per-seed metrics files are in neither the DVC cache nor a remote (a fresh
+clone), the per-seed scores come from git: stage `summary` commits every number of them in
+`SCORES`. Where its predictions are missing, the experiment has none and says why
+(`Experiment.predictions_missing`): the paired t-test over seeds still runs, the bootstrap over
+test pairs does not.
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ RECORDS = {  # a run's metrics files besides its suites', and the fields the rep
     "analysis": {"alignment": float, "uniformity": float},
 }
 CURVE_KINDS = ("loss", "dev")
+SCORES = "plots/summary/scores.json"  # every number of every seed's metrics files, in git
+RECORD = ("seed", "file", "key", "score")  # the keys of each of its records
 UNTRAINED, TFIDF = "untrained", "tfidf"  # the reference rows
 
 
@@ -62,12 +70,16 @@ class Experiment:
     curves: dict[str, list[dict]]
     singles: dict[str, dict[str, Any]]
     before: dict[str, Any]
+    scores_from: str = RUNS  # the per-seed files, or `SCORES` where only git holds them
+    predictions_missing: str | None = None  # why no predictions were read (no bootstrap)
 
     @property
     def autocast(self) -> str:
         """The autocast the seeds trained under, as their train.json files record it: `fp32`,
-        or `bf16/fp32` where seeds ran on CPUs that resolve `auto` differently."""
-        return "/".join(sorted({str(f["train"]["autocast"]) for f in self.files}))
+        or `bf16/fp32` where seeds ran on CPUs that resolve `auto` differently; `not in git`
+        where the scores come from `SCORES`, which holds numbers only."""
+        found = {f["train"]["autocast"] for f in self.files}
+        return "/".join(sorted(map(str, found))) if None not in found else "autocast not in git"
 
     def scores(self, row: str) -> dict[str, list[float]] | None:
         """Per column of `row` (`sts`, `sts/repal`, ...), the score of each seed; None when a
@@ -299,29 +311,48 @@ def read_params(read: Reader) -> dict:
     return params_from(parse_yaml(read("params.yaml"), "params.yaml"), "params.yaml")
 
 
-def load(read: Reader, label: str | None = None, params: dict | None = None) -> Experiment:
+def load(
+    read: Reader, label: str | None = None, params: dict | None = None, from_git: bool = False
+) -> Experiment:
     """The experiment `read` gives, run with `params` (default: its params.yaml), which say the
     method and seeds; `label` names it in reports (default: its method). One error names the
-    first file that is missing."""
+    first file that is missing; where `from_git` (a revision), missing per-seed files are read
+    from `SCORES` and missing predictions leave the experiment without them."""
     if params is None:
         params = read_params(read)
     method, seeds = run_plan(params)
     asked = asked_suites(params)
-    files = [
-        {suite: read_scores(read, f"{RUNS}/{seed}/{suite}.json", suite, asked) for suite in SUITES}
-        | {name: read_record(read, f"{RUNS}/{seed}/{name}.json", name) for name in RECORDS}
-        for seed in seeds
-    ]
-    check_columns(seeds, files)
-    predictions = {
-        suite: [
-            read_npz(read, f"{PREDICTIONS}/{seed}/{suite}.npz") if suite in asked else {}
+    scores_from, files = RUNS, None
+    try:
+        files = [
+            {
+                suite: read_scores(read, f"{RUNS}/{seed}/{suite}.json", suite, asked)
+                for suite in SUITES
+            }
+            | {name: read_record(read, f"{RUNS}/{seed}/{name}.json", name) for name in RECORDS}
             for seed in seeds
         ]
-        for suite, declared in SUITES.items()
-        if declared.cls.pairs
-    }
-    if "STSBenchmark/predicted" not in predictions["sts"][0]:
+    except MissingResults as err:
+        if not from_git:
+            raise
+        scores_from, files = SCORES, committed_files(read, seeds, asked, err)
+    check_columns(seeds, files)
+    pair_suites = [suite for suite, declared in SUITES.items() if declared.cls.pairs]
+    try:
+        predictions = {
+            suite: [
+                read_npz(read, f"{PREDICTIONS}/{seed}/{suite}.npz") if suite in asked else {}
+                for seed in seeds
+            ]
+            for suite in pair_suites
+        }
+        missing = None
+    except MissingResults as err:
+        if not from_git:
+            raise
+        predictions = {suite: [{} for _ in seeds] for suite in pair_suites}
+        missing = str(err)
+    if missing is None and "STSBenchmark/predicted" not in predictions["sts"][0]:
         raise ConfigError("eval.sts.tasks: the cosine density plot needs STSBenchmark")
     curves = {
         kind: [p for seed in seeds for p in read_json(read, f"{CURVES}/{seed}/{kind}_curve.json")]
@@ -333,5 +364,61 @@ def load(read: Reader, label: str | None = None, params: dict | None = None) -> 
     }
     before = read_record(read, f"{REFERENCE_DIR}/analysis.json", "analysis")
     return Experiment(
-        label or method, params, method, seeds, files, predictions, curves, singles, before
+        label or method,
+        params,
+        method,
+        seeds,
+        files,
+        predictions,
+        curves,
+        singles,
+        before,
+        scores_from,
+        missing,
     )
+
+
+def committed_files(
+    read: Reader, seeds: list[int], asked: set[str], missing: MissingResults
+) -> list[dict[str, Any]]:
+    """Each seed's metrics files as git holds their numbers (`SCORES`, keys dotted: a
+    refinement's `repal.<column>`), checked as the files would be; the records' text fields
+    (train's `autocast`, refine's `fit_on`) are not there: None. A revision without `SCORES`
+    raises `missing`, the error of the per-seed file that was not found."""
+    try:
+        records = read_json(read, SCORES)
+    except MissingResults:
+        raise missing from None
+    if not isinstance(records, list) or not all(
+        isinstance(r, dict) and set(r) >= set(RECORD) for r in records
+    ):
+        raise UserError(f"{SCORES}: expected a list of records with {list(RECORD)}; it was damaged")
+    found: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for r in records:
+        values = found.setdefault((r["seed"], r["file"]), {})
+        head, dot, rest = str(r["key"]).partition(".")
+        if dot and head in REFINEMENTS:
+            values.setdefault(head, {})[rest] = r["score"]
+        else:
+            values[str(r["key"])] = r["score"]
+    files = []
+    for seed in seeds:
+        run: dict[str, Any] = {}
+        for suite in SUITES:
+            values = found.get((seed, suite), {})
+            if not values and suite in asked:
+                raise MissingResults(f"{SCORES}: no {suite} scores of seed {seed}")
+            check_scores(f"{SCORES}: seed {seed}: {suite}", suite, values)
+            run[suite] = values
+        for name, fields in RECORDS.items():
+            values = dict(found.get((seed, name), {}))
+            for field, kind in fields.items():
+                if kind is str:
+                    values[field] = None
+                elif not isinstance(values.get(field), int | float):
+                    raise MissingResults(f"{SCORES}: no {name} {field} of seed {seed}")
+                elif kind is int:
+                    values[field] = int(values[field])
+            run[name] = values
+        files.append(run)
+    return files

@@ -210,12 +210,12 @@ def paired_comparison(
     baseline: str,
     confidence: float,
     noise: float,
-) -> dict[str, dict[str, float | bool | None]]:
+) -> dict[str, dict[str, float | bool | str | None]]:
     """Per task and `avg` of `bootstrap_scores`: the difference of the seed means (from the
     per-seed scores `per_seed[m][task]`), the bootstrap interval of the difference, whether it
     excludes 0, whether the difference is below `noise` (score points), and the paired t-test
     over seeds."""
-    result: dict[str, dict[str, float | bool | None]] = {}
+    result: dict[str, dict[str, float | bool | str | None]] = {}
     for task, values in replicates[method].items():
         if task not in per_seed[method] or task not in per_seed[baseline]:
             continue  # own sets: no `avg` column
@@ -229,6 +229,7 @@ def paired_comparison(
             "significant": bool(low > 0 or high < 0),
             "below_noise": abs(difference) < noise,
             "p_seeds": seed_test(scores, reference),
+            "test": "bootstrap",
         }
     return result
 
