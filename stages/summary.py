@@ -6,9 +6,8 @@ metrics/tfidf); writes `metrics/summary.json` (the headline: per suite and task,
 over seeds, plain and refined, and the reference rows: the only file declared as DVC metrics),
 `reports/summary.md` and the plots in `plots/summary/` (training curves, alignment-uniformity,
 cosine density per gold bin on STS-B, inter-layer and token-wise similarity; every number and
-every stage's seconds of the seeds, committed copies of the per-seed files DVC caches). The work is
-`sentemb.report.summary`; methods are compared across experiments (`python -m sentemb.compare`,
-`python -m sentemb.leaderboard`).
+every stage's seconds of the seeds, committed copies of the per-seed files DVC caches). The work
+is `sentemb.report.summary`; methods are compared across experiments (`sentemb.review`).
 """
 
 from __future__ import annotations
@@ -20,8 +19,8 @@ from sentemb.cli import Parser, run_stage
 from sentemb.clock import SECONDS
 from sentemb.config import load_params
 from sentemb.io import atomic_path, check_folder, check_output, numbers, write_json
-from sentemb.report.runs import folder_reader, load
 from sentemb.report.summary import stage_seconds, summarize
+from sentemb.review.runs import folder_reader, load
 from sentemb.tracking import mlflow_run
 
 log = logging.getLogger("summary")

@@ -236,14 +236,18 @@ def test_the_parser_refuses_what_argparse_would_take(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("spec", "argv0", "usage"),
     [
-        ("sentemb.compare", "/x/src/sentemb/compare.py", "python -m sentemb.compare"),
+        (
+            "sentemb.review.compare",
+            "/x/src/sentemb/review/compare.py",
+            "python -m sentemb.review.compare",
+        ),
         (None, "stages/train.py", "python stages/train.py"),
     ],
 )
 def test_help_names_the_command_as_it_is_typed(
     monkeypatch: pytest.MonkeyPatch, spec: str | None, argv0: str, usage: str
 ) -> None:
-    """`--help` starts `usage: python -m sentemb.compare`, not argparse's `compare.py`, which
+    """`--help` starts `usage: python -m sentemb.review.compare`, not argparse's `compare.py`, which
     is no command a user can type."""
     main = argparse.Namespace(__spec__=argparse.Namespace(name=spec) if spec else None)
     monkeypatch.setitem(sys.modules, "__main__", main)

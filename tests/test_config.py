@@ -179,7 +179,7 @@ def test_config_modules_stay_light() -> None:
     with (tests/repo/test_pipeline.py)."""
     code = (
         "import sys, sentemb.config, sentemb.model_config, sentemb.training.config, "
-        "sentemb.report.compare; "
+        "sentemb.review.paired; "
         "assert not {'torch', 'transformers'} & set(sys.modules), 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

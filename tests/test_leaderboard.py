@@ -1,5 +1,6 @@
-"""Comparing revisions and experiments as a reviewer does: `python -m sentemb.compare` and the
-leaderboard, on a git + DVC repository whose commits and experiment refs hold known results."""
+"""Comparing revisions and experiments as a reviewer does: `python -m sentemb.review.compare`
+and the leaderboard, on a git + DVC repository whose commits and experiment refs hold known
+results."""
 
 from __future__ import annotations
 
@@ -13,17 +14,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sentemb import leaderboard as leaderboard_module
-from sentemb import review
 from sentemb.config import UserError
 from sentemb.registry import SUITES
-from sentemb.report.runs import (
-    SCORES,
-    MissingResults,
-    committed_files,
-    folder_reader,
-    git_remote,
-)
+from sentemb.review import board as board_module
+from sentemb.review import leaderboard as leaderboard_module
+from sentemb.review import revisions
+from sentemb.review.revisions import git_remote
+from sentemb.review.runs import SCORES, MissingResults, committed_files, folder_reader
 from sentemb.training.config import BUILT_IN
 
 from support.experiments import fake_experiment, write_experiment
@@ -94,7 +91,7 @@ def python(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_compare_tests_an_experiment_against_a_revision(repo: Path) -> None:
-    done = python(repo, "sentemb.compare", "HEAD", "noisy-sscl")
+    done = python(repo, "sentemb.review.compare", "HEAD", "noisy-sscl")
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
     assert lines[0] == "### `HEAD` → `noisy-sscl`: simcse → sscl (seeds 1, 2)"
@@ -119,7 +116,7 @@ def test_compare_tests_an_experiment_against_a_revision(repo: Path) -> None:
     ],
 )
 def test_compare_refuses_in_one_line(repo: Path, args: list[str], message: str) -> None:
-    done = python(repo, "sentemb.compare", *args)
+    done = python(repo, "sentemb.review.compare", *args)
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith(message), done.stderr[-2000:]
 
@@ -132,13 +129,13 @@ def clone_of(repo: Path, folder: Path) -> Path:
 
 
 def test_compare_reads_the_repository_from_any_of_its_folders(repo: Path) -> None:
-    done = python(repo / "metrics", "sentemb.compare", "HEAD", "noisy-sscl")
-    assert done.returncode == 0 and done.stdout == python(repo, "sentemb.compare", "HEAD",
+    done = python(repo / "metrics", "sentemb.review.compare", "HEAD", "noisy-sscl")
+    assert done.returncode == 0 and done.stdout == python(repo, "sentemb.review.compare", "HEAD",
         "noisy-sscl").stdout  # fmt: skip
 
 
 def test_compare_outside_a_repository_is_one_error(tmp_path: Path) -> None:
-    done = python(tmp_path, "sentemb.compare", "main", "HEAD")
+    done = python(tmp_path, "sentemb.review.compare", "main", "HEAD")
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.strip().endswith("not inside a DVC repository: run this in a clone of "
         "the pipeline")  # fmt: skip
@@ -159,11 +156,12 @@ def half_made(folder: Path, state: str) -> None:
 
 @pytest.mark.parametrize("state", ["no git", "no commit", "config unreadable"])
 @pytest.mark.parametrize(
-    "command", ["sentemb.compare", "sentemb.metrics_diff", "sentemb.leaderboard"]
+    "command",
+    ["sentemb.review.compare", "sentemb.review.metrics_diff", "sentemb.review.leaderboard"],
 )
 def test_a_half_made_repository_is_one_error(tmp_path: Path, state: str, command: str) -> None:
     half_made(tmp_path, state)
-    done = python(tmp_path, command, *(["HEAD"] if command == "sentemb.compare" else []))
+    done = python(tmp_path, command, *(["HEAD"] if command == "sentemb.review.compare" else []))
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
     message = {
         "no git": "not a git repository with a commit",
@@ -180,10 +178,10 @@ def test_a_branch_an_experiment_is_named_after_is_read_with_a_warning(
     clone = clone_of(repo, tmp_path / "clone")
     git(clone, "branch", "noisy-sscl", "HEAD")
     git(clone, "commit", "-q", "--allow-empty", "-m", "later")
-    done = python(clone, "sentemb.compare", "noisy-sscl", "HEAD")
+    done = python(clone, "sentemb.review.compare", "noisy-sscl", "HEAD")
     assert done.returncode == 0, done.stderr[-2000:]
     assert "noisy-sscl: read as a git revision; a DVC experiment has that name too" in done.stderr
-    missing = python(clone, "sentemb.compare", "HEAD", "no-such-exp").stderr.strip()
+    missing = python(clone, "sentemb.review.compare", "HEAD", "no-such-exp").stderr.strip()
     assert missing.endswith("`dvc exp pull origin no-such-exp` fetches one)")
 
 
@@ -201,7 +199,7 @@ def test_an_experiment_name_two_experiments_share_is_one_error(repo: Path, tmp_p
         "lists them): give the one you mean by its commit"
     )
     for head in ("HEAD is one baseline (DVC would pick its)", "HEAD is neither baseline"):
-        done = python(clone, "sentemb.compare", "HEAD", "noisy-sscl")
+        done = python(clone, "sentemb.review.compare", "HEAD", "noisy-sscl")
         assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
         assert done.stderr.strip().splitlines()[-1] == message, head
         git(clone, "commit", "-q", "--allow-empty", "-m", "HEAD is neither baseline")
@@ -214,7 +212,7 @@ def test_a_tag_and_a_branch_of_one_name_read_as_the_tag_with_a_warning(
     git(clone, "commit", "-q", "--allow-empty", "-m", "a second commit")
     git(clone, "tag", "twin", "HEAD~1")
     git(clone, "branch", "twin", "HEAD")
-    done = python(clone, "sentemb.metrics_diff", "twin", "HEAD")
+    done = python(clone, "sentemb.review.metrics_diff", "twin", "HEAD")
     assert "twin: read as the tag, as git does; the branch is heads/twin" in done.stderr
     assert done.returncode == 0, done.stderr[-2000:]
 
@@ -228,10 +226,10 @@ def test_a_workspace_whose_params_are_not_its_outputs_is_refused(
     lock = yaml.safe_load((clone / "dvc.lock").read_text())
     lock["stages"]["train@1"]["params"] = {"params.yaml": {"method": "simcse", "seeds": [1, 2]}}
     (clone / "dvc.lock").write_text(yaml.safe_dump(lock))
-    assert python(clone, "sentemb.compare", "noisy-sscl").returncode == 0
+    assert python(clone, "sentemb.review.compare", "noisy-sscl").returncode == 0
     params = yaml.safe_load((clone / "params.yaml").read_text())
     (clone / "params.yaml").write_text(yaml.safe_dump({**params, "method": "dclr"}))
-    done = python(clone, "sentemb.compare", "noisy-sscl")
+    done = python(clone, "sentemb.review.compare", "noisy-sscl")
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[-1] == (
         "error: params.yaml differs from what dvc.lock ran (method), so the "
@@ -246,7 +244,7 @@ def test_compare_names_the_seeds_it_pairs_and_those_left_out(repo: Path, tmp_pat
     shutil.rmtree(clone / "predictions" / "1")
     git(clone, "add", "-A")
     git(clone, "commit", "-qm", "seeds 2 and 3")
-    done = python(clone, "sentemb.compare", "HEAD~1", "HEAD")
+    done = python(clone, "sentemb.review.compare", "HEAD~1", "HEAD")
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
     assert lines[0] == "### `HEAD~1` → `HEAD`: simcse → sscl (seeds 2)"
@@ -283,7 +281,7 @@ def test_a_damaged_lock_or_compare_param_is_one_error_naming_side_and_file(
         set_noise(clone, yaml.safe_load(value) if isinstance(value, str) else value)
     if damage == "noise committed":
         git(clone, "commit", "-qam", "a negative noise")
-    done = python(clone, "sentemb.compare", *names)
+    done = python(clone, "sentemb.review.compare", *names)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert done.stderr.strip().splitlines()[-1].startswith(message), done.stderr[-2000:]
 
@@ -302,13 +300,13 @@ def test_compare_reads_a_revision_from_git_alone(repo: Path, tmp_path: Path) -> 
     no remote): its per-seed scores come from git's plots/summary/scores.json, so every Δ and
     every p is what the full files give; the verdicts rest on the seeds, and the output says
     where the scores came from and why there is no bootstrap."""
-    full = python(repo, "sentemb.compare", "noisy-sscl", "HEAD", "--tasks")
+    full = python(repo, "sentemb.review.compare", "noisy-sscl", "HEAD", "--tasks")
     assert full.returncode == 0, full.stderr[-2000:]
     clone = clone_of(repo, tmp_path / "clone")
     git(clone, "rm", "-rq", "metrics/runs", "predictions")
     git(clone, "commit", "-qm", "per-seed files as DVC outputs no cache holds")
     experiment_ref(clone, git(clone, "rev-parse", "HEAD~1"), git(clone, "rev-parse", "HEAD"), "x")
-    done = python(clone, "sentemb.compare", "noisy-sscl", "x", "--tasks")
+    done = python(clone, "sentemb.review.compare", "noisy-sscl", "x", "--tasks")
     assert done.returncode == 0, done.stderr[-2000:]
 
     def rows(output: str) -> list[list[str]]:  # the table's rows, header and rule left out
@@ -361,7 +359,7 @@ def test_compare_without_predictions_rests_on_the_seeds_and_says_how_to_get_them
             clone, git(clone, "rev-parse", "HEAD~1"), git(clone, "rev-parse", "HEAD"), name
         )
         git(clone, "reset", "-q", "--hard", "HEAD~1")
-    done = python(clone, "sentemb.compare", "HEAD~1" if kind == "revision" else "HEAD", name)
+    done = python(clone, "sentemb.review.compare", "HEAD~1" if kind == "revision" else "HEAD", name)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [line for line in done.stdout.splitlines() if line.startswith("| sts")]
     assert rows and all(row.endswith("| t-test (seeds) |") and "| - |" in row for row in rows)
@@ -388,7 +386,7 @@ def test_leaderboard_merges_the_rows_of_todays_code(repo: Path) -> None:
     other code are left out, named with the command that reruns them (unless a row of their
     method is there), whether or not their data are still there; a second call gives the same
     leaderboard."""
-    done = python(repo, "sentemb.leaderboard")
+    done = python(repo, "sentemb.review.leaderboard")
     assert done.returncode == 0, done.stderr[-2000:]
     board = json.loads((repo / "reports" / "leaderboard.json").read_text())
     assert [row["label"] for row in board["rows"]] == ["simcse", "sscl"]
@@ -405,7 +403,7 @@ def test_leaderboard_merges_the_rows_of_todays_code(repo: Path) -> None:
     assert "dclr at " in done.stderr and "ran other stage code: left out" in done.stderr
     assert "## Left out (rerun them)" in report
     assert "| Retrieval avg | mine | faq |" in report
-    again = python(repo, "sentemb.leaderboard")
+    again = python(repo, "sentemb.review.leaderboard")
     assert again.returncode == 0
     assert json.loads((repo / "reports" / "leaderboard.json").read_text()) == board
 
@@ -599,11 +597,11 @@ def test_a_board_this_code_did_not_write_is_refused(listed: tuple[Path, dict]) -
     for text, problem in cases:
         path.write_text(text)
         with pytest.raises(UserError) as err:
-            leaderboard_module.listed(path)
+            board_module.listed(path)
         assert str(err.value).startswith(f"{path}: ") and problem in str(err.value), problem
     for text, problem in (cases[0], cases[2], cases[-2]):  # bad JSON, a key, a row's number
         path.write_text(text)
-        done = python(clone, "sentemb.leaderboard")
+        done = python(clone, "sentemb.review.leaderboard")
         assert done.returncode != 0 and "Traceback" not in done.stderr, (text, done.stderr)
         error = done.stderr.strip().splitlines()[-1]
         assert "reports/leaderboard.json: " in error and problem in error, (problem, error)
@@ -614,12 +612,12 @@ def test_the_board_is_the_repository_s_from_any_of_its_folders(
     listed: tuple[Path, dict],
 ) -> None:
     clone, board = listed
-    done = python(clone / "metrics", "sentemb.leaderboard")
+    done = python(clone / "metrics", "sentemb.review.leaderboard")
     assert done.returncode == 0, done.stderr[-2000:]
     assert not (clone / "metrics" / "reports").exists()
     assert json.loads((clone / "reports" / "leaderboard.json").read_text()) == board
     report = (clone / "reports" / "leaderboard.md").read_text()
-    assert report.splitlines()[0] == leaderboard_module.TITLE
+    assert report.splitlines()[0] == board_module.TITLE
 
 
 def test_a_folder_at_the_json_path_is_refused_before_the_board_is_built(
@@ -627,13 +625,11 @@ def test_a_folder_at_the_json_path_is_refused_before_the_board_is_built(
 ) -> None:
     clone, _ = listed
     (clone / "reports" / "board").mkdir()
-    done = python(clone, "sentemb.leaderboard", "--json", "reports/board")
+    done = python(clone, "sentemb.review.leaderboard", "--json", "reports/board")
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert "it would replace a folder" in done.stderr.strip().splitlines()[-1]
     with pytest.raises(OSError, match="it would replace a folder"):  # with the report, first
-        leaderboard_module.check_outputs(
-            clone / "reports" / "board", clone / leaderboard_module.REPORT
-        )
+        leaderboard_module.check_outputs(clone / "reports" / "board", clone / board_module.REPORT)
 
 
 @pytest.mark.parametrize("kind", ["link", "other file", "folder"])
@@ -653,7 +649,7 @@ def test_a_report_path_the_board_did_not_write_is_refused_before_anything_is_wri
         target.write_text("my notes\n")
     else:
         target.mkdir()
-    done = python(clone, "sentemb.leaderboard", "--report", "reports/mine.md")
+    done = python(clone, "sentemb.review.leaderboard", "--report", "reports/mine.md")
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert done.stderr.strip().splitlines()[-1].startswith("error: reports/mine.md: ")
     assert path.read_text().endswith(" ") and notes.read_text() == "my notes\n"
@@ -714,7 +710,7 @@ def test_a_shorter_run_of_today_s_code_keeps_the_recorded_rows(listed: tuple[Pat
     git(clone, "reset", "-q", "--hard", base)
     path = clone / "reports" / "leaderboard.json"
     path.write_text(json.dumps(board | {"rows": [*board["rows"], iscse]}))
-    done = python(clone, "sentemb.leaderboard")
+    done = python(clone, "sentemb.review.leaderboard")
     assert done.returncode == 0, done.stderr[-2000:]
     after = json.loads(path.read_text())
     assert "iscse (seeds=[1])" in [r["label"] for r in after["rows"]], after["stale"]
@@ -753,15 +749,15 @@ def test_a_branch_named_workspace_is_reached_as_heads_workspace(
     git(clone, "branch", "workspace")
     git(clone, "reset", "-q", "--hard", head)
     with caplog.at_level("WARNING", logger="review"):
-        assert review.commits(("HEAD", "workspace"), clone) == [head, None]
+        assert revisions.commits(("HEAD", "workspace"), clone) == [head, None]
     assert caplog.text.count("git's ref of that name is ") == 1
     assert "is heads/workspace or remotes/origin/workspace\n" in caplog.text
-    assert review.commits(("HEAD", "heads/workspace"), clone) == [head, branch]
+    assert revisions.commits(("HEAD", "heads/workspace"), clone) == [head, branch]
     caplog.clear()
     git(clone, "branch", "-D", "workspace")
     git(clone, "update-ref", "-d", "refs/remotes/origin/workspace")
     git(clone, "branch", "feature/workspace", branch)  # not named workspace
-    assert review.commits(("HEAD", "workspace"), clone) == [head, None]
+    assert revisions.commits(("HEAD", "workspace"), clone) == [head, None]
     assert not caplog.text
 
 
@@ -773,10 +769,7 @@ def test_a_row_says_the_precision_its_seeds_trained_in(autocasts: list[str], sho
     experiment = fake_experiment("simcse", [1, 2], 1)
     for files, autocast in zip(experiment.files, autocasts, strict=True):
         files["train"]["autocast"] = autocast
-    assert (
-        leaderboard_module.trained_on(experiment)
-        == f"wiki1m_for_simcse.txt, 100 sentences, {shown}"
-    )
+    assert board_module.trained_on(experiment) == f"wiki1m_for_simcse.txt, 100 sentences, {shown}"
 
 
 @pytest.mark.parametrize(
@@ -803,4 +796,4 @@ def test_only_params_both_revisions_have_name_a_run(
     """A param added, removed or renamed between two revisions is not a choice of the run:
     it would make the default run of older code a variant whose rerun command today's params
     refuse (`-S train.checkpoint_steps=50`). A value renamed since is today's spelling."""
-    assert leaderboard_module.differing(mine, reference) == expected
+    assert board_module.differing(mine, reference) == expected

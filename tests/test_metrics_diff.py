@@ -1,5 +1,5 @@
-"""`python -m sentemb.metrics_diff`: `dvc metrics diff` with the scores that moved by less than
-`compare.noise` labelled noise; DVC's JSON read without DVC, then a real git + DVC repo."""
+"""`python -m sentemb.review.metrics_diff`: `dvc metrics diff` with the scores that moved by less
+than `compare.noise` labelled noise; DVC's JSON read without DVC, then a real git + DVC repo."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sentemb.metrics_diff import Change, MetricsDiffError, changes, is_score, label, table
+from sentemb.review.diff import Change, MetricsDiffError, changes, is_score, label, table
 
 DIFF = {
     "metrics/runs/1/sts.json": {
@@ -107,7 +107,7 @@ def test_a_pipe_in_a_path_or_metric_keeps_the_columns() -> None:
 
 def metrics_diff(repo: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
-    command = [sys.executable, "-m", "sentemb.metrics_diff", *args]
+    command = [sys.executable, "-m", "sentemb.review.metrics_diff", *args]
     return subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True)
 
 

@@ -123,7 +123,7 @@ def existing(folder: bool | None) -> Callable[[str], Path]:
 
 def program() -> str:
     """The command line that started this process, as `--help` shows it: `python -m
-    sentemb.compare`, `python stages/train.py` (argparse alone says `compare.py`)."""
+    sentemb.review.compare`, `python stages/train.py` (argparse alone says `compare.py`)."""
     spec = getattr(sys.modules["__main__"], "__spec__", None)
     return f"python -m {spec.name}" if spec else f"python {sys.argv[0]}"
 
@@ -216,3 +216,12 @@ class Parser(argparse.ArgumentParser):
                 f"argument {flags[dest]}: {value} {relation} {what}, "
                 f"{flags[other]} {other_value}: choose another path"
             )
+
+
+def run(main: Callable[[], None]) -> None:
+    """`run_stage(main)`, and Ctrl-C ends it with status 130 and no traceback."""
+    try:
+        run_stage(main)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)

@@ -166,7 +166,7 @@ def test_a_stale_command_fails(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
 
 def results_table() -> str:
     """The leaderboard's results table (the first table of reports/leaderboard.md, which
-    `python -m sentemb.leaderboard` writes from the experiments)."""
+    `python -m sentemb.review.leaderboard` writes from the experiments)."""
     text = (REPO / "reports" / "leaderboard.md").read_text(encoding="utf-8").splitlines()
     start = next(i for i, line in enumerate(text) if line.startswith("|"))
     end = next(i for i in range(start, len(text) + 1) if i == len(text) or not text[i])

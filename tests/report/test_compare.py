@@ -14,29 +14,24 @@ from scipy.stats import bootstrap, spearmanr, ttest_rel
 from sentemb.config import ConfigError, UserError, section
 from sentemb.io import numbers
 from sentemb.registry import SUITES
-from sentemb.report.compare import compare, shared_seeds
-from sentemb.report.runs import (
-    RECORDS,
-    Experiment,
-    MissingResults,
-    folder_reader,
-    load,
-)
-from sentemb.report.stats import (
-    CompareConfig,
+from sentemb.report.stats import CompareConfig, density_bins, mean_std
+from sentemb.report.summary import aggregate, headline, summarize
+from sentemb.review.paired import (
     PairTask,
+    below_noise,
     bootstrap_scores,
     centred_ranks,
-    density_bins,
+    compare,
     interval,
-    mean_std,
     pair_tasks,
     paired_comparison,
     resample_indices,
     seed_test,
+    shared_seeds,
     spearman_rows,
+    verdict,
 )
-from sentemb.report.summary import aggregate, headline, summarize
+from sentemb.review.runs import RECORDS, Experiment, MissingResults, folder_reader, load
 
 from support.experiments import fake_experiment, write_experiment
 
@@ -419,3 +414,23 @@ def test_seeds_pair_by_value_whatever_order_each_side_lists(order: tuple[int, ..
         for result in columns.values():
             assert result["difference"] == 0 and result["p_seeds"] is None
             assert result["low"] in (None, 0) and result["high"] in (None, 0)
+
+
+@pytest.mark.parametrize(
+    ("difference", "low", "high", "expected"),
+    [
+        (1.0, 0.4, 1.6, "significant"),
+        (-0.004, -0.006, -0.002, "noise"),  # significant, but below the noise
+        (0.2, -0.1, 0.5, "no significant difference"),
+        (0.01, 0.005, 0.02, "significant"),  # at the noise level: not below it
+    ],
+)
+def test_the_one_noise_rule_comes_before_any_test(
+    difference: float, low: float, high: float, expected: str
+) -> None:
+    result = {
+        "difference": difference,
+        "significant": low > 0 or high < 0,
+        "below_noise": below_noise(difference, 0.01),
+    }
+    assert verdict(result) == expected

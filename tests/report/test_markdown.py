@@ -10,7 +10,7 @@ import pytest
 
 from sentemb import encoder
 from sentemb.config import load_params
-from sentemb.report.markdown import markdown, paired_table, protocol, spread, suite_table
+from sentemb.report.markdown import markdown, protocol, spread, suite_table
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,33 +50,6 @@ def test_own_sets_table_has_a_column_per_set_and_none_without_sets() -> None:
         "| TF-IDF | 1.00 | 2.00 |",
     ]
     assert suite_table("own", {"simcse": {}}, {"TF-IDF": {"own": {"seconds": 3.0}}}) == ""
-
-
-def result(difference: float, low: float, high: float, p: float | None) -> dict:
-    significant = low > 0 or high < 0
-    return {
-        "difference": difference,
-        "low": low,
-        "high": high,
-        "significant": significant,
-        "below_noise": abs(difference) < 0.01,
-        "p_seeds": p,
-    }
-
-
-def test_paired_rows_follow_the_tables_order_with_a_verdict() -> None:
-    tasks = {
-        "avg": result(0.2, -0.1, 0.5, None),
-        "STS12": result(1.0, 0.4, 1.6, 0.0123),
-        "STS13": result(-0.004, -0.006, -0.002, 0.2),  # significant, but below the noise
-    }
-    text = paired_table({"sscl": {"sts": tasks}}, "simcse", 0.95)
-    assert text.splitlines()[0].endswith("| p (t-test, seeds) | verdict |")
-    assert text.splitlines()[2:] == [
-        "| sscl - simcse | sts STS12 | +1.00 | [+0.40, +1.60] | 0.012 | significant |",
-        "| sscl - simcse | sts STS13 | -0.00 | [-0.01, -0.00] | 0.200 | noise |",
-        "| sscl - simcse | sts avg | +0.20 | [-0.10, +0.50] | - | no significant difference |",
-    ]
 
 
 @pytest.mark.parametrize(

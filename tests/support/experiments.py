@@ -12,9 +12,9 @@ from scipy.stats import spearmanr
 from sentemb.config import load_params
 from sentemb.io import write_json
 from sentemb.registry import SUITES
-from sentemb.report.runs import SCORES, TFIDF, UNTRAINED, Experiment
-from sentemb.report.stats import pair_tasks
 from sentemb.report.summary import scores
+from sentemb.review.paired import pair_tasks
+from sentemb.review.runs import SCORES, TFIDF, UNTRAINED, Experiment
 
 from support import REPO
 

@@ -1,5 +1,5 @@
 """The Markdown of the reports, in the papers' layout: stage `summary`'s (`reports/summary.md`),
-the comparison of two experiments (`sentemb.compare`) and the leaderboard.
+the comparison of two experiments (`sentemb.review.compare`) and the leaderboard.
 
 A table per suite, titled and with the columns its registration gives (`registry.SUITES`):
 a row per method with mean ± std over seeds, its refined rows, then the single-run reference
@@ -12,12 +12,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from sentemb.config import METHOD_SECTIONS, section
+from sentemb.config import section
 from sentemb.evaluation.chinese import ChineseConfig
 from sentemb.model_config import ModelConfig
 from sentemb.registry import REFINEMENTS, SUITES
-from sentemb.report.runs import RUNS
-from sentemb.report.stats import NO_DIFFERENCE, NOISE, mean_std
 from sentemb.training.config import WIKI, TrainConfig
 
 REFINED = {name: entry.cls.label for name, entry in REFINEMENTS.items()}  # name -> label
@@ -146,45 +144,6 @@ def suite_table(
     return markdown(["model", *keys], rows)
 
 
-def verdict(result: Mapping[str, Any]) -> str:
-    """`noise` below the noise level, else whether the bootstrap interval excludes 0."""
-    if result["below_noise"]:
-        return NOISE
-    return "significant" if result["significant"] else NO_DIFFERENCE
-
-
-def paired_table(
-    paired: Mapping[str, Mapping[str, Mapping]], baseline: str, confidence: float
-) -> str:
-    """One row per method, suite and task (in the tables' order): difference to the baseline,
-    bootstrap interval, seed test, verdict."""
-    rows = []
-    for method, suites in paired.items():
-        for suite, tasks in suites.items():
-            for task in SUITES[suite].cls.report_columns(tasks):
-                r = tasks[task]
-                p = "-" if r["p_seeds"] is None else f"{r['p_seeds']:.3f}"
-                rows.append(
-                    [
-                        f"{method} - {baseline}",
-                        f"{suite} {task}",
-                        f"{r['difference']:+.2f}",
-                        f"[{r['low']:+.2f}, {r['high']:+.2f}]",
-                        p,
-                        verdict(r),
-                    ]
-                )
-    header = [
-        "methods",
-        "task",
-        "Δ mean",
-        f"{confidence:.0%} CI (bootstrap)",
-        "p (t-test, seeds)",
-        "verdict",
-    ]
-    return markdown(header, rows)
-
-
 def summary(
     methods: Mapping[str, Mapping[str, Any]],
     singles: Mapping[str, Mapping],
@@ -200,7 +159,8 @@ def summary(
         f"# Summary: {method}",
         f"Method {method}, seeds {', '.join(map(str, seeds))}: mean ± sample std over seeds."
         " Reference rows are single runs (deterministic). Produced by stage `summary`"
-        " (`dvc repro`); against another revision or experiment: `python -m sentemb.compare`.",
+        " (`dvc repro`); against another revision or experiment:"
+        " `python -m sentemb.review.compare`.",
     ]
     for suite in SUITES.values():
         table = suite_table(suite.name, methods, singles)
@@ -241,163 +201,3 @@ def row_label(row: str) -> str:
     suite, _, refinement = row.partition("/")
     label = f"{suite} + {REFINED[refinement]}" if refinement else suite
     return f"{label} {column}" if column else label
-
-
-def cell(result: Mapping[str, Any]) -> list[str]:
-    """Δ, the bootstrap interval (`-` without one), the t-test's p and the verdict of a result."""
-    low, high, p = result["low"], result["high"], result["p_seeds"]
-    interval = "-" if low is None else f"[{low:+.2f}, {high:+.2f}]"
-    return [
-        f"{result['difference']:+.2f}",
-        interval,
-        "-" if p is None else f"{p:.3f}",
-        verdict(result),
-    ]
-
-
-def comparison(
-    old: Any, new: Any, results: Mapping[str, Mapping[str, Mapping]], config: Any, tasks: bool
-) -> str:
-    """`sentemb.compare`'s Markdown: experiment `new` against `old` (both on their shared seeds),
-    a row per suite average (per task with `tasks`), plain and refined."""
-    seeds = ", ".join(map(str, new.seeds))
-    lines = [
-        f"### `{old.label}` → `{new.label}`: {old.method} → {new.method} (seeds {seeds})",
-        "",
-        f"Δ = {new.label} − {old.label} in score points, means over the shared seeds; CI: "
-        f"{config.confidence:.0%} paired bootstrap over the test pairs ({config.resamples} "
-        f"resamples; STS and Chinese only); p: paired t-test over seeds. Verdict: the CI where "
-        f"there is one (significant when it excludes 0), else p < {1 - config.confidence:.2g}; "
-        f"|Δ| < {config.noise:g} (`compare.noise`): {NOISE}.",
-        "",
-    ]
-    rows = []
-    for row in sorted(results, key=row_order):
-        before, after = old.scores(row), new.scores(row)
-        for column in SUITES[row.partition("/")[0]].cls.report_columns(results[row]):
-            if not tasks and column != "avg":
-                continue
-            name = row_label(row) + ("" if column == "avg" else f" {column}")
-            values = [spread(mean_std(s[column])) for s in (before, after)]  # type: ignore[index]
-            result = results[row][column]
-            rests_on = "bootstrap" if result["test"] == "bootstrap" else "t-test (seeds)"
-            rows.append([name, *values, *cell(result), rests_on])
-    header = [
-        "row",
-        old.label,
-        new.label,
-        "Δ",
-        f"{config.confidence:.0%} CI",
-        "p (seeds)",
-        "verdict",
-        "rests on",
-    ]
-    notes = [f"- `{side.label}`: {note}" for side in (old, new) for note in sources(side)]
-    return "\n".join(lines) + markdown(header, rows) + "\n" + "".join(f"\n{n}" for n in notes)
-
-
-def sources(experiment: Any) -> list[str]:
-    """What a comparison reads of `experiment` where it is not its own files: its per-seed
-    scores from git, and why its predictions, and so the bootstrap, are missing."""
-    notes = []
-    if experiment.scores_from != RUNS:
-        notes.append(
-            f"per-seed scores from git ({experiment.scores_from}): its per-seed metrics files "
-            "are in neither the DVC cache nor a remote"
-        )
-    if experiment.predictions_missing:
-        notes.append(
-            "every verdict rests on the t-test over seeds, not the bootstrap over test pairs, "
-            f"whose predictions are missing: {experiment.predictions_missing}"
-        )
-    return notes
-
-
-def leaderboard(board: Mapping[str, Any]) -> str:
-    """reports/leaderboard.md: the results table (each row: suite averages, mean ± std over
-    seeds; its STS test against SimCSE; corpus; commit), the reference rows, then every paired
-    test against SimCSE and the rows left out as stale."""
-    rows = sorted(board["rows"], key=leaderboard_order)
-    columns = board_columns([*(r["scores"] for r in rows), *board["reference"].values()])
-    header = [
-        "model",
-        *(f"{SUITES[s].cls.title.split(' (')[0]} avg" if c is None else c for s, c in columns),
-        "STS vs SimCSE",
-        "trained on",
-        "commit",
-    ]
-    table = []
-    for row in rows:
-        commit = row["commit"][:7] + (f" ({row['experiment']})" if row["experiment"] else "")
-        for refinement, label in ((None, ""), *REFINED.items()):
-            name = f"/{refinement}" if refinement else ""
-            if f"sts{name}" not in row["scores"] and f"chinese{name}" not in row["scores"]:
-                continue
-            test = row["versus"].get(f"sts{name}")
-            table.append(
-                [
-                    row["label"] + (f" + {label}" if refinement else ""),
-                    *(spread(row["scores"].get(board_key(s, name, c))) for s, c in columns),
-                    "-" if test is None else f"{test['difference']:+.2f} ({verdict(test)})",
-                    row["trained_on"] if not refinement else "",
-                    commit if not refinement else "",
-                ]
-            )
-    for name, label in REFERENCE_LABELS.items():
-        averages = board["reference"][name]
-        for refinement, suffix in ((None, ""), *REFINED.items()):
-            key = f"/{refinement}" if refinement else ""
-            keys = [board_key(s, key, c) for s, c in columns]
-            if not any(k in averages for k in keys):
-                continue
-            cells = [f"{averages[k]:.2f}" if k in averages else "-" for k in keys]
-            reference = board["reference_commit"][:7]
-            table.append(
-                [label + (f" + {suffix}" if refinement else ""), *cells, "-", "-", reference]
-            )
-    tests = [
-        [row["label"], row_label(name), *cell(result)]
-        for row in rows
-        for name, result in sorted(row["versus"].items(), key=lambda item: row_order(item[0]))
-    ]
-    parts = [
-        "# Leaderboard",
-        "Each row is one DVC experiment (`python -m sentemb.leaderboard`): suite averages, mean ±"
-        " std over its seeds; STS vs SimCSE: Δ of the STS average and its verdict (paired"
-        " bootstrap over the test pairs and paired t-test over seeds: the bootstrap's interval"
-        " decides where there is one, else the t-test; `noise` below `compare.noise`)."
-        " Reference rows are single runs of the reference commit.",
-        markdown(header, table),
-        "## Against SimCSE (suite averages)",
-        markdown(["model", "suite", "Δ", "CI (bootstrap)", "p (seeds)", "verdict"], tests),
-    ]
-    if board["stale"]:
-        stale = [
-            f"- {s['label']} at {s['commit'][:7]}: {s['reason']}; `{s['rerun']}`"
-            for s in board["stale"]
-        ]
-        parts += ["## Left out (rerun them)", "\n".join(stale)]
-    return "\n\n".join(parts) + "\n"
-
-
-def board_columns(entries: list[Mapping[str, Any]]) -> list[tuple[str, str | None]]:
-    """The leaderboard's score columns: (suite, None) for each suite's average, (suite, set) for
-    each own set any row has (`<suite>:<set>` keys of `entries`), in the suites' order."""
-    found = dict.fromkeys(k.partition(":")[2] for e in entries for k in e if ":" in k)
-    return [
-        (suite, column)
-        for suite, declared in SUITES.items()
-        for column in ([None] if declared.cls.columns else found)
-    ]
-
-
-def board_key(suite: str, refinement: str, column: str | None) -> str:
-    """A board entry's key: `sts`, `sts/repal`, `own:captions`, `own/repal:captions`."""
-    return f"{suite}{refinement}" + ("" if column is None else f":{column}")
-
-
-def leaderboard_order(row: Mapping[str, Any]) -> tuple[int, str]:
-    """SimCSE first, then the methods in `METHOD_SECTIONS` order, then joins, by label."""
-    method = row["method"]
-    order = ["simcse", *(m for m in METHOD_SECTIONS if m != "simcse")]
-    return (order.index(method) if method in order else len(order), row["label"])

@@ -25,8 +25,8 @@ from sentemb.registry import SUITES
 from sentemb.report import plots
 from sentemb.report.markdown import REFINED, protocol, summary
 from sentemb.report.plots import BEFORE
-from sentemb.report.runs import PREDICTIONS, RUNS, Experiment
 from sentemb.report.stats import CompareConfig, density_bins, mean_std
+from sentemb.review.runs import PREDICTIONS, RUNS, Experiment
 
 GEOMETRY = ("alignment", "uniformity")
 LAYERS = ("inter_layer", "token_wise")

@@ -33,6 +33,7 @@ import numpy as np
 from sentemb.config import ConfigError, UserError, params_from, parse_yaml, run_plan, section
 from sentemb.evaluation.base import ITEMS
 from sentemb.registry import REFINEMENTS, SUITES
+from sentemb.review.revisions import git_remote
 
 Reader = Callable[[str], bytes]  # a path relative to the repository root -> the file's bytes
 RUNS, PREDICTIONS, CURVES = "metrics/runs", "predictions", "plots/runs"
@@ -135,13 +136,6 @@ def recorded(root: Path, path: str) -> bool:
         if isinstance(out, dict)
     ]
     return any(isinstance(o, str) and (path == o or path.startswith(f"{o}/")) for o in outs)
-
-
-def git_remote(repo: Path) -> str:
-    """The Git remote `dvc exp pull` fetches experiments from: the only one, or `<git remote>`."""
-    listed = subprocess.run(["git", "remote"], cwd=repo, capture_output=True, text=True)
-    names = listed.stdout.split() if listed.returncode == 0 else []
-    return shlex.quote(names[0]) if len(names) == 1 else "<git remote>"
 
 
 def revision_reader(revision: str, repo: Path = Path(), label: str | None = None) -> Reader:

@@ -1,25 +1,5 @@
-"""Every method in one table, from DVC experiments: `reports/leaderboard.md` and its JSON.
-
-    dvc exp run --queue -S method=simcse,sscl,iscse,dclr,paser,iscse+dclr
-    dvc queue start -j 1                  # 18 chains on a CPU: may be run in parts
-    python -m sentemb.leaderboard         # merges every experiment run at today's stage code
-
-A row is one experiment: its method (plain, + RepAL, + whitening), the mean ± std over its seeds of
-each suite's average (and of each eval.own set), its paired tests against the SimCSE row
-(`sentemb.report.compare`), the commit it ran at, the params that differ from this revision's, the
-corpus it trained on and the autocast its seeds trained under; then the reference rows (the
-untrained model, TF-IDF) of this revision. Rows are merged from HEAD (its committed run), every DVC
-experiment of any commit and the rows the leaderboard already lists. Every row comes from the same
-stage code as this revision (the code files its dvc.lock records for train, refine, evaluate and
-analyze): a row of other code is left out and named with the command that reruns it (with its
-params), until a row of its label replaces it. Each row is tested against SimCSE's on the seeds the
-two share; a row that shares none is left out. A run no branch, tag or experiment holds any more
-(`dvc exp remove NAME`) leaves the board. A listed row whose commit git no longer has (an
-experiment of another clone) keeps its recorded numbers while the stage code and what its paired
-tests rest on (SimCSE's evaluate outputs on its seeds, the `compare` params) are today's; else it
-is left out too. Of two rows of one method and params, the later run is kept, and a run git has
-replaces a kept one.
-"""
+"""The leaderboard's rows: which runs are rows, their scores and paired tests against SimCSE,
+and the board JSON read back and checked (`sentemb.review.leaderboard` is the command)."""
 
 from __future__ import annotations
 
@@ -35,13 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sentemb.cli import Parser
 from sentemb.config import UserError, run_plan, section
-from sentemb.io import atomic_path, check_output, flatten, read_json, write_json
+from sentemb.io import flatten, read_json
 from sentemb.registry import SUITES
-from sentemb.report.compare import compare_pair
-from sentemb.report.markdown import REFINED, leaderboard
-from sentemb.report.runs import (
+from sentemb.report.markdown import REFINED
+from sentemb.report.stats import CompareConfig, mean_std
+from sentemb.report.summary import headline
+from sentemb.review.paired import compare_pair
+from sentemb.review.runs import (
     TFIDF,
     UNTRAINED,
     Experiment,
@@ -51,12 +32,8 @@ from sentemb.report.runs import (
     read_params,
     revision_reader,
 )
-from sentemb.report.stats import CompareConfig, mean_std
-from sentemb.report.summary import headline
-from sentemb.review import root, run
 from sentemb.training.config import BUILT_IN, TrainConfig
 
-log = logging.getLogger("leaderboard")
 CHAIN = ("train", "refine", "evaluate", "analyze")  # the stages of one seed's run
 BASELINE = "simcse"  # the row every other is tested against
 BOARD_KEYS = ("code", "params", "tested_against", "rows", "stale")  # what a later call reads
@@ -80,9 +57,10 @@ SCORE_CHECKS = {"mean": finite, "std": finite, "n": lambda n: type(n) is int and
 VERSUS_CHECKS = {"difference": finite, "low": finite_or_none, "high": finite_or_none}
 VERSUS_CHECKS |= {"significant": lambda b: isinstance(b, bool), "p_seeds": finite_or_none}
 VERSUS_CHECKS |= {"below_noise": lambda b: isinstance(b, bool)}
-JSON, REPORT = Path("reports/leaderboard.json"), Path("reports/leaderboard.md")
 TITLE = "# Leaderboard"  # the report's first line
 T = TypeVar("T")
+log = logging.getLogger("leaderboard")
+JSON, REPORT = Path("reports/leaderboard.json"), Path("reports/leaderboard.md")
 ROWS = [row for suite in SUITES for row in (suite, *(f"{suite}/{r}" for r in REFINED))]
 
 
@@ -144,7 +122,12 @@ def left_out(
         for key, value in params.items()
     ]
     rerun = "dvc exp run --queue" + "".join(f" -S {shlex.quote(s)}" for s in sets)
-    return {"label": row_label(method, params), "commit": commit, "reason": reason, "rerun": rerun}
+    return {
+        "label": variant_label(method, params),
+        "commit": commit,
+        "reason": reason,
+        "rerun": rerun,
+    }
 
 
 def reachable(repo: Path, sha: str) -> bool:
@@ -230,7 +213,7 @@ def recorded(
     return [], [*stale, *(left_out(r["method"], r["commit"], reason, r["params"]) for r in rows)]
 
 
-def row_label(method: str, params: dict[str, Any]) -> str:
+def variant_label(method: str, params: dict[str, Any]) -> str:
     """The method, with the params that differ (`paser (train.max_length=64)`)."""
     extra = ", ".join(f"{k}={v}" for k, v in params.items())
     return f"{method} ({extra})" if extra else method
@@ -358,7 +341,7 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
                 entry["rerun"] = f"dvc exp remove {name}, or: dvc exp run --queue -S method=..."
             stale.append(entry)
             continue
-        rows[row_label(method, params)] = (candidate, experiment, params)
+        rows[variant_label(method, params)] = (candidate, experiment, params)
     config = section(reference.params, "compare", CompareConfig)
     tested, versus = None, {}
     if BASELINE in rows:
@@ -396,7 +379,7 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
     ]
     labels = set(rows)
     for row in kept:  # a run git has replaces a kept row of its label; of two kept, the first
-        label = row_label(row["method"], row["params"])
+        label = variant_label(row["method"], row["params"])
         if label not in labels:
             labels.add(label)
             board_rows.append(row | {"label": label})
@@ -418,52 +401,3 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
             key=lambda s: s["label"],
         ),
     }
-
-
-def parser() -> Parser:
-    parser = Parser(__doc__)
-    parser.output("--json", help=f"default: the repository's {JSON}")
-    parser.output("--report", help=f"default: the repository's {REPORT}")
-    return parser
-
-
-def check_outputs(out: Path, report: Path) -> None:
-    """Refuse to write the board over a link, or the report over a file that is not a
-    leaderboard (its first line `TITLE`): a user's notes or a tracked file given to `--report`
-    by mistake. (A JSON that is no board is refused when `listed` reads it.)"""
-    for path, flag in ((report, "--report"), (out, "--json")):
-        check_output(path)
-        if path.is_symlink():
-            raise UserError(f"{path}: a link: not replaced by the leaderboard; give another {flag}")
-    if report.is_file():
-        with report.open(encoding="utf-8", errors="replace") as file:
-            if file.readline().rstrip("\n") != TITLE:
-                raise UserError(
-                    f"{report}: not a leaderboard this command wrote (its first line is not "
-                    f"{TITLE!r}): not replaced; give another --report"
-                )
-
-
-def main() -> None:
-    args = parser().parse_args()
-    repo = root()
-    out, report_path = args.json or repo / JSON, args.report or repo / REPORT
-    check_outputs(out, report_path)  # both refused before either is written
-    board = build(repo, out)
-    report = leaderboard(board)
-    with atomic_path(report_path) as tmp:  # the report in full, then the board, then the report
-        tmp.write_text(report, encoding="utf-8")
-        write_json(out, board)
-    for row in board["stale"]:
-        log.warning(
-            "%s at %s: %s: left out; rerun it: %s",
-            row["label"],
-            row["commit"][:7],
-            row["reason"],
-            row["rerun"],
-        )
-    log.info("%d row(s): %s", len(board["rows"]), report_path)
-
-
-if __name__ == "__main__":
-    run(main)

@@ -1,28 +1,5 @@
-"""`dvc metrics diff` with the differences below the noise level labelled `noise`.
-
-    python -m sentemb.metrics_diff                 # HEAD against the workspace: the headline
-    python -m sentemb.metrics_diff main            # main against the workspace
-    python -m sentemb.metrics_diff befd762 HEAD    # two commits
-    python -m sentemb.metrics_diff main --all      # every number: per seed, task, subset, dev
-
-The headline (metrics/summary.json) is the only file declared as DVC metrics; `--all` diffs
-every committed number instead: each seed's scores per task and STS subset, dev scores and λs
-(the records of plots/summary/scores.json, shown under the per-seed file DVC caches them in,
-`metrics/runs/<seed>/<file>.json`) and every other JSON file under metrics/, read from git.
-
-The same run moves its scores by up to about `compare.noise` points on another CPU, bf16 kernel
-or GPU (README: "Which results are bit-identical"), so a changed score closer than that to the
-old one says nothing about the change under review. DVC cannot be told so; this runs
-`dvc metrics diff --json` and prints its table (changed metrics only, as DVC does) with a last
-column that says `noise` where |Δ| < `compare.noise` for a score (Spearman, accuracy, MAP/MRR
-x 100). Other metrics (losses, counts, λs, alignment) are shown without a label. Rows are in
-the order of their file and metric.
-
-Either form reads the repository's root from any of its folders; a revision may be a DVC
-experiment's name (`sentemb.review`). A metrics file that is not UTF-8 JSON, holds a NaN or an
-infinite number, a suite score that is no score x 100, or a headline value that is no number
-(which DVC would show as removed), is one error naming the revision and the file.
-"""
+"""Every committed number of two revisions compared, with the noise label: what
+`sentemb.review.metrics_diff` prints beside `dvc metrics diff`."""
 
 from __future__ import annotations
 
@@ -35,20 +12,16 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from sentemb.cli import Parser, points
 from sentemb.clock import SECONDS
-from sentemb.config import UserError, load_params, section
+from sentemb.config import UserError
 from sentemb.io import flatten, numbers
 from sentemb.registry import SUITES
 from sentemb.report.markdown import table_cell
-from sentemb.report.runs import check_scores
-from sentemb.report.stats import NOISE, CompareConfig
-from sentemb.review import WORKSPACE, commits, root, run
+from sentemb.review.paired import NOISE, below_noise
+from sentemb.review.runs import RECORD, SCORES, check_scores
 
 HEADLINE_ROWS = ("trained", "untrained", "tfidf")  # metrics/summary.json's rows of scores
-SCORES = "plots/summary/scores.json"  # every number of every seed (stage summary)
 HEADLINE = "metrics/summary.json"  # the only file declared as DVC metrics
-RECORD = {"seed", "file", "key", "score"}  # the keys of each of its records
 
 
 class MetricsDiffError(UserError):
@@ -112,7 +85,7 @@ def label(change: Change, noise: float) -> str:
     difference = change.difference
     if difference is None or not is_score(change.path, change.metric):
         return ""
-    return NOISE if abs(difference) < noise else ""
+    return NOISE if below_noise(difference, noise) else ""
 
 
 def cell(value: float | None, sign: str = "") -> str:
@@ -157,9 +130,9 @@ def committed(repo: Path, revision: str | None, name: str) -> dict[tuple[str, st
         data = metrics_file(repo, revision, path, name)
         if path == SCORES:
             if not isinstance(data, list) or not all(
-                isinstance(r, dict) and set(r) >= RECORD for r in data
+                isinstance(r, dict) and set(r) >= set(RECORD) for r in data
             ):
-                raise MetricsDiffError(f"{where}: expected a list of records with {sorted(RECORD)}")
+                raise MetricsDiffError(f"{where}: expected a list of records with {list(RECORD)}")
             found = [
                 ((f"metrics/runs/{r['seed']}/{r['file']}.json", r["key"]), r["score"]) for r in data
             ]
@@ -249,37 +222,3 @@ def dvc_metrics_diff(repo: Path, arguments: list[str]) -> dict:
         raise MetricsDiffError(f"dvc metrics diff: {unread[0].strip()}")
     sys.stderr.write(result.stderr)
     return json.loads(result.stdout or "{}")
-
-
-def parser() -> Parser:
-    parser = Parser(__doc__)
-    parser.revision("a_rev", nargs="?", default="HEAD", help="old revision (default HEAD)")
-    parser.revision("b_rev", nargs="?", help="new revision (default the workspace)")
-    parser.add_argument("--noise", type=points, help="score points (default compare.noise)")
-    parser.add_argument("--all", action="store_true", help="every metrics file under metrics/")
-    parser.input("--params", folder=False, help="default: the repository's params.yaml")
-    return parser
-
-
-def main() -> None:
-    args = parser().parse_args()
-    repo = root()
-    names = (args.a_rev, args.b_rev or WORKSPACE)
-    old, new = commits(names, repo)
-    noise = args.noise
-    if noise is None:
-        noise = section(load_params(args.params or repo / "params.yaml"), "compare", CompareConfig)
-        noise = noise.noise
-    if args.all:
-        rows = details(repo, old, new, names)
-    else:
-        for commit, name in zip((old, new), names, strict=True):
-            if has(repo, commit, HEADLINE):  # checked here: DVC would drop what is no number
-                metrics_file(repo, commit, HEADLINE, name)
-        revisions = [commit or WORKSPACE for commit in (old, new)]  # DVC's name for it too
-        rows = changes(dvc_metrics_diff(repo, revisions), *names)
-    print(table(rows, noise, *names))
-
-
-if __name__ == "__main__":
-    run(main)

@@ -1,9 +1,9 @@
 """Is B better than A? Paired tests between two revisions or experiments, as Markdown for a PR.
 
-    python -m sentemb.compare main                  # main against the workspace
-    python -m sentemb.compare main HEAD             # two commits (or branches, tags)
-    python -m sentemb.compare main dclr-exp         # a DVC experiment, by name
-    python -m sentemb.compare main HEAD --tasks     # every task, not only the suite averages
+    python -m sentemb.review.compare main                  # main against the workspace
+    python -m sentemb.review.compare main HEAD             # two commits (or branches, tags)
+    python -m sentemb.review.compare main dclr-exp         # a DVC experiment, by name
+    python -m sentemb.review.compare main HEAD --tasks     # every task, not only the suite averages
 
 Each side is one experiment (its method x its seeds), read from git and the DVC cache (or a
 remote): the per-seed metrics, the pair suites' per-pair scores and the reference rows. Per
@@ -21,14 +21,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sentemb.cli import Parser, points
+from sentemb.cli import Parser, points, run
 from sentemb.config import UserError, load_params, section
 from sentemb.io import flatten
-from sentemb.report.compare import compare, shared_seeds
-from sentemb.report.markdown import comparison
-from sentemb.report.runs import Experiment, folder_reader, load, lock_stages, revision_reader
 from sentemb.report.stats import CompareConfig
-from sentemb.review import WORKSPACE, commits, root, run
+from sentemb.review.paired import compare, shared_seeds
+from sentemb.review.render import comparison
+from sentemb.review.revisions import WORKSPACE, commits, root
+from sentemb.review.runs import Experiment, folder_reader, load, lock_stages, revision_reader
 
 
 def stale_params(repo: Path, params: dict[str, Any]) -> list[str]:
@@ -61,7 +61,7 @@ def compare_config(params: dict[str, Any], name: str) -> CompareConfig:
         raise UserError(f"{name}: params.yaml: {err}") from None
 
 
-def experiment(name: str, repo: Path, commit: str | None) -> Experiment:
+def load_experiment(name: str, repo: Path, commit: str | None) -> Experiment:
     """The experiment `name` ran at `commit` (None: the working folder, whose outputs must be
     those of its params); an error names `name` where it does not already."""
     try:
@@ -94,7 +94,7 @@ def main() -> None:
     args = parser().parse_args()
     repo = root()
     names = (args.a_rev, args.b_rev)
-    read = [experiment(n, repo, c) for n, c in zip(names, commits(names, repo), strict=True)]
+    read = [load_experiment(n, repo, c) for n, c in zip(names, commits(names, repo), strict=True)]
     old, new = shared_seeds(dict(zip(names, read, strict=True))).values()
     config = compare_config(new.params, args.b_rev)
     if args.noise is not None:

@@ -18,14 +18,10 @@ from __future__ import annotations
 import logging
 import shlex
 import subprocess
-import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sentemb.cli import run_stage
 from sentemb.config import UserError
-from sentemb.report.runs import git_remote
 
 log = logging.getLogger("review")
 WORKSPACE = "workspace"  # the working folder, as DVC names it
@@ -89,7 +85,7 @@ def resolve(name: str, dvc: Any) -> str:
     try:
         commit = dvc.scm.resolve_rev(name)
     except Exception:  # scmrepo's RevError: not a git revision
-        commit = experiment(name, dvc)
+        commit = experiment_commit(name, dvc)
     else:
         if name != WORKSPACE and experiments_named(name, dvc):
             log.warning("%s: read as a git revision; a DVC experiment has that name too", name)
@@ -108,7 +104,7 @@ def experiments_named(name: str, dvc: Any) -> list[str]:
     return [r for r in dvc.scm.iter_refs(base="refs/exps/") if r.endswith("/" + name)]
 
 
-def experiment(name: str, dvc: Any) -> str:
+def experiment_commit(name: str, dvc: Any) -> str:
     """The commit of the one DVC experiment called `name` (DVC itself would read a name two
     experiments share as the one based on HEAD, if one is); else one error."""
     from dvc.repo.experiments.exceptions import AmbiguousExpRefInfo, InvalidExpRefError
@@ -135,10 +131,8 @@ def experiment(name: str, dvc: Any) -> str:
     return commit
 
 
-def run(main: Callable[[], None]) -> None:
-    """`run_stage(main)`, and Ctrl-C ends it with status 130 and no traceback."""
-    try:
-        run_stage(main)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        sys.exit(130)
+def git_remote(repo: Path) -> str:
+    """The Git remote `dvc exp pull` fetches experiments from: the only one, or `<git remote>`."""
+    listed = subprocess.run(["git", "remote"], cwd=repo, capture_output=True, text=True)
+    names = listed.stdout.split() if listed.returncode == 0 else []
+    return shlex.quote(names[0]) if len(names) == 1 else "<git remote>"
