@@ -18,7 +18,14 @@ from sentemb.io import flatten, numbers
 from sentemb.registry import SUITES
 from sentemb.report.markdown import table_cell
 from sentemb.review.paired import NOISE, below_noise
-from sentemb.review.runs import RECORD, SCORES, check_scores
+from sentemb.review.runs import (
+    RECORD,
+    SCORES,
+    Reader,
+    check_scores,
+    folder_reader,
+    revision_reader,
+)
 
 HEADLINE_ROWS = ("trained", "untrained", "tfidf")  # metrics/summary.json's rows of scores
 HEADLINE = "metrics/summary.json"  # the only file declared as DVC metrics
@@ -124,10 +131,11 @@ def committed(repo: Path, revision: str | None, name: str) -> dict[tuple[str, st
         ["ls-files", "-z"] if revision is None else ["ls-tree", "-rz", "--name-only", revision]
     )
     paths = os.fsdecode(git(repo, *listing, "--", "metrics", SCORES)).split("\0")
+    read = reader(repo, revision, name)
     found_numbers: dict[tuple[str, str], float] = {}
     for path in (p for p in paths if p.endswith(".json")):
         where = f"{name}:{path}"
-        data = metrics_file(repo, revision, path, name)
+        data = metrics_file(read, path, name)
         if path == SCORES:
             if not isinstance(data, list) or not all(
                 isinstance(r, dict) and set(r) >= set(RECORD) for r in data
@@ -148,18 +156,18 @@ def committed(repo: Path, revision: str | None, name: str) -> dict[tuple[str, st
     return found_numbers
 
 
-def metrics_file(repo: Path, revision: str | None, path: str, name: str) -> Any:
-    """The JSON of metrics file `path` at commit `revision` (None: the workspace), checked: a
+def reader(repo: Path, revision: str | None, name: str) -> Reader:
+    """The files of commit `revision` of `repo` (None: the workspace's), as `name` names it."""
+    return folder_reader(repo) if revision is None else revision_reader(revision, repo, name)
+
+
+def metrics_file(read: Reader, path: str, name: str) -> Any:
+    """The JSON of metrics file `path` through `read` (of the revision `name`), checked: a
     JSON object (`SCORES`: a list), a suite's report columns scores x 100, the headline's every
     value a finite number. Else one error naming `name` and the file."""
     where = f"{name}:{path}"
     try:
-        raw = (
-            (repo / path).read_bytes()
-            if revision is None
-            else git(repo, "show", f"{revision}:{path}")
-        )
-        data = json.loads(raw.decode("utf-8"))
+        data = json.loads(read(path).decode("utf-8"))
     except UnicodeDecodeError as err:
         raise MetricsDiffError(f"{where}: not UTF-8 text ({err})") from None
     except ValueError as err:
@@ -181,17 +189,9 @@ def metrics_file(repo: Path, revision: str | None, path: str, name: str) -> Any:
     return data
 
 
-def has(repo: Path, revision: str | None, path: str) -> bool:
-    """Whether `path` is a file at commit `revision` of `repo` (None: in the workspace)."""
-    if revision is None:
-        return (repo / path).is_file()
-    exists = ["git", "cat-file", "-e", f"{revision}:{path}"]
-    return subprocess.run(exists, cwd=repo, capture_output=True).returncode == 0
-
-
 def git(repo: Path, *args: str) -> bytes:
-    """The output of a git command in `repo`, as bytes; one error with git's message when it
-    fails."""
+    """The output of a git command in `repo` (a listing of what it tracks), as bytes; one error
+    with git's message when it fails."""
     result = subprocess.run(["git", *args], cwd=repo, capture_output=True)
     if result.returncode != 0:
         message = result.stderr.decode(errors="replace").strip()

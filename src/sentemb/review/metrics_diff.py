@@ -26,6 +26,8 @@ number (which DVC would show as removed), is one error naming the revision and t
 
 from __future__ import annotations
 
+import contextlib
+
 from sentemb.cli import Parser, points, run
 from sentemb.config import load_params, section
 from sentemb.report.stats import CompareConfig
@@ -34,11 +36,12 @@ from sentemb.review.diff import (
     changes,
     details,
     dvc_metrics_diff,
-    has,
     metrics_file,
+    reader,
     table,
 )
 from sentemb.review.revisions import WORKSPACE, commits, root
+from sentemb.review.runs import MissingResults
 
 
 def parser() -> Parser:
@@ -64,8 +67,8 @@ def main() -> None:
         rows = details(repo, old, new, names)
     else:
         for commit, name in zip((old, new), names, strict=True):
-            if has(repo, commit, HEADLINE):  # checked here: DVC would drop what is no number
-                metrics_file(repo, commit, HEADLINE, name)
+            with contextlib.suppress(MissingResults):  # checked: DVC drops what is no number
+                metrics_file(reader(repo, commit, name), HEADLINE, name)
         revisions = [commit or WORKSPACE for commit in (old, new)]  # DVC's name for it too
         rows = changes(dvc_metrics_diff(repo, revisions), *names)
     print(table(rows, noise, *names))
