@@ -5,7 +5,6 @@ results."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -24,13 +23,9 @@ from sentemb.review.runs import SCORES, MissingResults, committed_files, folder_
 from sentemb.training.config import BUILT_IN
 
 from support.experiments import fake_experiment, write_experiment
+from support.repos import DVC, clone_of, git, git_dvc_repo, run
 
 CHAIN = ("train", "refine", "evaluate", "analyze")
-
-
-def git(repo: Path, *args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True)
-    return done.stdout.strip()
 
 
 def commit(
@@ -64,11 +59,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """HEAD: simcse; experiments of it: sscl (same code), dclr (other code), paser (other code,
     its results in no cache: only its params and dvc.lock are read), simcse (other code: HEAD's
     row replaces it)."""
-    repo = tmp_path_factory.mktemp("repo")
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t"}
-    os.environ.update(env | {"GIT_COMMITTER_EMAIL": "t@t", "DVC_NO_ANALYTICS": "1"})
-    git(repo, "init", "-q")
-    subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=repo, check=True)
+    repo = git_dvc_repo(tmp_path_factory.mktemp("repo"))
     base = commit(repo, "simcse", 1, "c1", "simcse")
     experiment_ref(repo, base, commit(repo, "sscl", 3, "c1", "sscl"), "noisy-sscl")
     git(repo, "reset", "-q", "--hard", base)
@@ -121,13 +112,6 @@ def test_compare_refuses_in_one_line(repo: Path, args: list[str], message: str) 
     assert done.stderr.strip().splitlines()[-1].startswith(message), done.stderr[-2000:]
 
 
-def clone_of(repo: Path, folder: Path) -> Path:
-    subprocess.run(["git", "clone", "-q", str(repo), str(folder)], check=True)
-    for ref in git(repo, "for-each-ref", "--format=%(refname)", "refs/exps").split():
-        git(folder, "fetch", "-q", str(repo), f"{ref}:{ref}")
-    return folder
-
-
 def test_compare_reads_the_repository_from_any_of_its_folders(repo: Path) -> None:
     done = python(repo / "metrics", "sentemb.review.compare", "HEAD", "noisy-sscl")
     assert done.returncode == 0 and done.stdout == python(repo, "sentemb.review.compare", "HEAD",
@@ -143,12 +127,10 @@ def test_compare_outside_a_repository_is_one_error(tmp_path: Path) -> None:
 
 def half_made(folder: Path, state: str) -> None:
     """A DVC repository without git, with git but no commit, or with a config DVC cannot read."""
-    dvc = [sys.executable, "-m", "dvc", "init", "-q"]
     if state == "no git":
-        subprocess.run([*dvc, "--no-scm"], cwd=folder, check=True)
+        run([*DVC, "init", "-q", "--no-scm"], folder)
         return
-    git(folder, "init", "-q")
-    subprocess.run(dvc, cwd=folder, check=True)
+    git_dvc_repo(folder)
     if state == "config unreadable":
         git(folder, "commit", "-qm", "dvc init")
         (folder / ".dvc" / "config.local").write_text("[core\n")
@@ -287,7 +269,7 @@ def test_a_damaged_lock_or_compare_param_is_one_error_naming_side_and_file(
 
 
 def test_the_git_remote_named_is_the_only_one_else_a_placeholder(tmp_path: Path) -> None:
-    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    git(tmp_path, "init", "-q")
     assert git_remote(tmp_path) == "<git remote>"
     git(tmp_path, "remote", "add", "upstream", "/nowhere")
     assert git_remote(tmp_path) == "upstream"

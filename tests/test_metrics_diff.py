@@ -15,6 +15,8 @@ import yaml
 
 from sentemb.review.diff import Change, MetricsDiffError, changes, is_score, label, table
 
+from support.repos import git, git_dvc_repo
+
 DIFF = {
     "metrics/runs/1/sts.json": {
         "avg": {"old": 76.3217, "new": 76.3251, "diff": 0.0034},
@@ -116,11 +118,7 @@ def test_metrics_diff_in_a_git_and_dvc_repo(tmp_path: Path) -> None:
     """The headline through `dvc metrics diff`; `--all` every committed number, the per-seed
     records of plots/summary/scores.json under their seed's file; errors in one line."""
 
-    def git(*args: str) -> None:
-        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path)
-
-    git("init", "-q")
-    subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=tmp_path, check=True)
+    git_dvc_repo(tmp_path)
     summary, scores = tmp_path / "metrics/summary.json", tmp_path / "plots/summary/scores.json"
     scores.parent.mkdir(parents=True)
     summary.parent.mkdir(parents=True)
@@ -136,8 +134,8 @@ def test_metrics_diff_in_a_git_and_dvc_repo(tmp_path: Path) -> None:
         scores.write_text(json.dumps(records))
 
     write(76.3217, 0.1, 80.0, 10)
-    git("add", "-A")
-    git("commit", "-qm", "first")
+    git(tmp_path, "add", "-A")
+    git(tmp_path, "commit", "-qm", "first")
     write(76.3251, 0.2, 80.5, 10)
 
     result = metrics_diff(tmp_path)
@@ -158,10 +156,10 @@ def test_metrics_diff_in_a_git_and_dvc_repo(tmp_path: Path) -> None:
 
     for odd in ("my run.json", "é.json"):  # git quotes such names unless asked for -z
         (tmp_path / "metrics" / odd).write_text('{"avg": 12.5}')
-        git("add", f"metrics/{odd}")
+        git(tmp_path, "add", f"metrics/{odd}")
         rows = metrics_diff(tmp_path, "--all").stdout.splitlines()
         assert f"| metrics/{odd} | avg | - | 12.5 | - |  |" in rows, rows
-        git("rm", "-q", "--cached", f"metrics/{odd}")
+        git(tmp_path, "rm", "-q", "--cached", f"metrics/{odd}")
         (tmp_path / "metrics" / odd).unlink()
 
     unknown = "error: no-such-rev: neither a git revision nor a DVC experiment"

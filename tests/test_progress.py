@@ -15,6 +15,8 @@ import yaml
 from sentemb.clock import time_left
 from sentemb.progress import Progress, clock, dvc_plan, follow, recorded_seconds, stage_record
 
+from support.repos import git_dvc_repo
+
 FAKE_DVC = """import sys
 print("Stage 'download' didn't change, skipping")
 for stage in ("train@a-1", "evaluate@a-1-sts"):
@@ -100,8 +102,7 @@ def tiny_repo(tmp_path: Path) -> Path:
     env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
     repo = tmp_path / "repo"
     repo.mkdir()
-    subprocess.run(["git", "init", "-q"], cwd=repo, check=True, env=env)
-    subprocess.run([sys.executable, "-m", "dvc", "init", "-q"], cwd=repo, check=True, env=env)
+    git_dvc_repo(repo)
     (repo / "dep").write_text("a\n")
     seconds = "echo '{\"seconds\": 30}' > m-${item}.json"
     two = {

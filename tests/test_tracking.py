@@ -26,6 +26,7 @@ from sentemb.services import CONNECT_SECONDS
 from sentemb.tracking import TrackingWarning, mlflow_run, param_value, sanitize_key
 
 from support import MIRROR, REPO
+from support.repos import git
 from support.services import UNRESOLVABLE, FakeServer, fake_server, free_port
 
 ENV_VARS = (
@@ -64,6 +65,21 @@ def tracking_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord
 # -- 1. pure functions -----------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [
+        ("sts.stsb.spearman", "sts.stsb.spearman"),
+        ("mrr@10", "mrr_at_10"),
+        ("acc%", "acc_pct"),
+        ("recall (top-1)", "recall _top-1_"),
+        ("a:b", "a_b"),
+        ("a//b/", "a/b"),
+        ("/abs/./x", "abs/x"),
+        ("../up", "__/up"),
+        ("é", "_"),
+        ("", "_"),
+    ],
+)
 def test_sanitize_key(key: str, expected: str) -> None:
     assert sanitize_key(key) == expected
     assert sanitize_key(key) == sanitize_key(key)  # deterministic
@@ -93,7 +109,7 @@ def test_import_is_cheap() -> None:
 def test_default_uri_is_sqlite_in_repo_root(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True, timeout=30)
+    git(tmp_path, "init", "-q")
     (tmp_path / "sub").mkdir()
     monkeypatch.chdir(tmp_path / "sub")
     root = tmp_path.resolve()

@@ -21,28 +21,13 @@ from sentemb.services import CONNECT_SECONDS
 from sentemb.training.checkpoint import STATE_FILE
 
 from support import REPO
+from support.repos import DVC, clone_of, git_dvc_repo, repo_env, run
 from support.services import remote_of
-
-DVC = [sys.executable, "-m", "dvc"]
-
-
-def run(command: list[str], cwd: Path, env: dict[str, str]) -> str:
-    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, f"{command}: {result.stdout[-2000:]} {result.stderr[-2000:]}"
-    return result.stdout
 
 
 def dvc_env(tmp_path: Path) -> dict[str, str]:
-    return {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-        "DVC_NO_ANALYTICS": "1",
-        "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@example.com",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@example.com",
-    }
+    """`repo_env` with MLflow's database under `tmp_path`."""
+    return repo_env(MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}")
 
 
 def clone_worktree(dest: Path, env: dict[str, str]) -> None:
@@ -187,8 +172,7 @@ with atomic_path("out.json") as tmp:
 @pytest.mark.slow
 def test_stage_killed_while_writing_leaves_no_partial_output(tmp_path: Path) -> None:
     env = dvc_env(tmp_path)
-    run(["git", "init", "-q"], tmp_path, env)
-    run([*DVC, "init", "-q"], tmp_path, env)
+    git_dvc_repo(tmp_path, env)
     (tmp_path / "write.py").write_text(WRITER)
     (tmp_path / "mode").write_text("ok")
     stage = ["stage", "add", "-n", "write", "-d", "write.py", "-d", "mode", "-o", "out.json"]
@@ -255,8 +239,7 @@ def fake_pipeline(folder: Path, env: dict[str, str]) -> None:
     (folder / "corpus.txt").write_text("A sentence.\n")
     (folder / "data/own").mkdir(parents=True)  # as a clone has it: the folder of eval.own's sets
     (folder / "data/own/README.md").write_text("Your test sets.\n")
-    run(["git", "init", "-q"], folder, env)
-    run([*DVC, "init", "-q"], folder, env)
+    git_dvc_repo(folder, env)
     (folder / "dvc.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     (folder / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     (folder / "fake.py").write_text(FAKE_STAGE)
@@ -354,8 +337,7 @@ def pushed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     origin = tmp_path_factory.mktemp("pushed") / "origin"
     origin.mkdir()
     env = dvc_env(origin.parent)
-    run(["git", "init", "-q"], origin, env)
-    run([*DVC, "init", "-q"], origin, env)
+    git_dvc_repo(origin, env)
     (origin / "dep").write_text("v1\n")
     (origin / ".gitignore").write_text("ran.log\n")
     stage = {"cmd": "echo ran >> ran.log && cp dep out.txt", "deps": ["dep"], "outs": ["out.txt"]}
@@ -366,11 +348,6 @@ def pushed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run(["git", "add", "-A"], origin, env)
     run(["git", "commit", "-qm", "pushed"], origin, env)
     return origin
-
-
-def clone_of(origin: Path, folder: Path, env: dict[str, str]) -> Path:
-    run(["git", "clone", "-q", str(origin), str(folder)], folder.parent, env)
-    return folder
 
 
 def ran(folder: Path) -> str:
@@ -386,14 +363,14 @@ def test_make_repro_pulls_what_a_configured_remote_holds(pushed: Path, tmp_path:
     objects, the stage is computed; a pull that fails (here: it would overwrite a file the user
     changed) warns, keeps the file and does not stop the run."""
     env = dvc_env(tmp_path)
-    pulled = clone_of(pushed, tmp_path / "pulled", env)
+    pulled = clone_of(pushed, tmp_path / "pulled")
     run([*MAKE, "repro"], pulled, env)
     assert (pulled / "out.txt").read_text() == "v1\n" and ran(pulled) == ""
 
     empty = tmp_path / "empty"
     empty.mkdir()
     for name, remote in (("no-remote", None), ("empty-remote", empty)):
-        folder = clone_of(pushed, tmp_path / name, env)
+        folder = clone_of(pushed, tmp_path / name)
         command = ["remote", "remove", "store"] if remote is None else ["remote", "add", "-f"]
         run([*DVC, *command, *(["store", str(remote)] if remote else [])], folder, env)
         done = subprocess.run([*MAKE, "repro"], cwd=folder, env=env, capture_output=True, text=True)
@@ -497,7 +474,7 @@ def test_make_repro_goes_on_when_the_remote_cannot_be_reached(
     retries of 10 min over HTTP, 2 min over SSH, 7 min for S3, never came), given up after
     CONNECT_SECONDS."""
     env = dvc_env(tmp_path)
-    folder = clone_of(pushed, tmp_path / "clone", env)
+    folder = clone_of(pushed, tmp_path / "clone")
     with remote_of(kind, tmp_path) as (config, server):
         run([*DVC, "remote", "add", "-f", "-d", "store", config["url"]], folder, env)
         for key in set(config) - {"url"}:

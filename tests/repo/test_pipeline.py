@@ -19,6 +19,7 @@ from sentemb.config import read_yaml
 from sentemb.registry import METHODS, Registry
 
 from support import REPO
+from support.repos import git_dvc_repo
 
 SRC = REPO / "src"
 # A package data file a module reads: resources.files("sentemb.data").joinpath("checksums.json")
@@ -284,8 +285,7 @@ def test_stale_lock_check_names_each_change(tmp_path: Path) -> None:
     def dvc(*args: str) -> None:
         subprocess.run([sys.executable, "-m", "dvc", *args], cwd=tmp_path, env=env, check=True)
 
-    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
-    dvc("init", "-q")
+    git_dvc_repo(tmp_path)
     (tmp_path / "lib").mkdir()
     (tmp_path / "lib" / "step.py").write_text(STEP)
     (tmp_path / "params.yaml").write_text("step:\n  size: 1\n  other: 2\n")

@@ -21,14 +21,13 @@ with the default seed the stratified folds are SentEval's own. As in SentEval, a
 MR, CR, SUBJ or MPQA counts as 0 tokens in that order and is embedded as ".". Two deliberate
 differences from the 2018 code: today's scikit-learn default solver (lbfgs, multinomial for TREC)
 replaces the liblinear one-vs-rest of scikit-learn 0.19 (liblinear no longer fits more than two
-classes), and `max_iter` is raised from 100 because lbfgs needed more on these vectors as they are
-(`center: false`, cold fits: TREC at C >= 16 took up to ~130 iterations on MiniLM vectors and
-~600 on SimCSE's; MRPC's reached 1000); centred, it needs several times fewer (below).
+classes), and `max_iter` is raised from 100 because lbfgs needs more on uncentred vectors at a
+large C; centred, it needs several times fewer (below; the iterations: docs/protocol.md).
 `"<task>/dev"` is the selection score: the mean CV, or the dev, accuracy of the chosen C.
 
 Each CV fold's C grid is one job, fitted on one thread; a task's jobs go to `n_jobs` workers in
 one `Parallel` call (for MR, CR, SUBJ and MPQA every outer x inner fold at once), then the refits
-at the chosen C in a second. Three defaults (issue 34) bring lbfgs nearer the same optimum in
+at the chosen C in a second. Three defaults bring lbfgs nearer the same optimum in
 fewer steps; none is bit-identical to the cold fits, since lbfgs stops within its tolerance at
 another point near the optimum, and a few predictions near the boundary, and near-ties between
 two C values, go the other way. Each is judged by the protocol's own noise against the exact
@@ -47,8 +46,7 @@ optimum (docs/protocol.md; `benchmarks/transfer.py`):
   below the tolerance, so the path keeps the smaller C's solution.
 
 `warm_start: false`, `center: false` and `tol: 1e-4` fit each C cold on the vectors as they are:
-the results of `GridSearchCV` inside `cross_validate` bit for bit, and the numbers committed
-before issue 34. On float32 vectors scikit-learn's lbfgs computes in float32 (the input's dtype;
+the results of `GridSearchCV` inside `cross_validate` bit for bit. On float32 vectors scikit-learn's lbfgs computes in float32 (the input's dtype;
 the centring step keeps it).
 """
 
@@ -96,8 +94,8 @@ Folds = Annotated[int, Range(2)]  # cross-validation needs two folds
 @dataclass
 class TransferConfig:
     """Params section `eval.transfer`; the defaults are SentEval's with ``kfold: 10``, but for
-    issue 34's warm-started C paths (``warm_start``), centred vectors (``center``) and lbfgs
-    tolerance (``tol``)."""
+    warm-started C paths (``warm_start``), centred vectors (``center``) and lbfgs tolerance
+    (``tol``)."""
 
     kfold: Folds = 10  # outer folds of MR/CR/SUBJ/MPQA; CV folds on TREC's and MRPC's train
     inner_kfold: Folds = 10  # folds that pick C inside each outer fold (SentEval: same as kfold)
@@ -108,7 +106,7 @@ class TransferConfig:
     solver: str = "lbfgs"
     max_iter: Count = 1000
     # lbfgs stops when no gradient entry exceeds it (scikit-learn: 1e-4); a looser one stops
-    # it far from the fit (CR at 1e20: 36.2 against 77.1), so at most 10x scikit-learn's
+    # it far from the fit (docs/protocol.md), so at most 10x scikit-learn's
     tol: Annotated[float, Range(0, 1e-3, open_low=True, why="10x scikit-learn's 1e-4")] = 1e-5
     tasks: list[str] = field(default_factory=lambda: list(TRANSFER_TASKS))
     mrpc_features: Literal["full", "senteval"] = "full"  # [u, v, |u-v|, u*v] | [|u-v|, u*v]

@@ -1,16 +1,8 @@
-"""What the review commands share (`compare`, `metrics_diff`, `leaderboard`): the repository
-they read, the commit a name stands for, and how they end.
+"""The repository a review command reads (its root, from any of its folders) and the commit a
+name stands for: a git revision that is a commit, a DVC experiment's name, or `workspace`.
 
-Run from any folder of a clone, each reads and writes at the repository's root, as `dvc` does;
-outside one, in one without a git commit or with a config DVC cannot read, it is one error. A
-name is a git revision that is a commit (a tag before a branch of its name, as for git, with a
-warning), or a DVC experiment's name (a git revision first, as for DVC, with a warning where an
-experiment has the name too), or `workspace` (the working folder, as for DVC; a branch of
-that name is then `heads/workspace`); anything else (a tree, a file, an experiment name two
-experiments share, even where DVC would pick the one based on HEAD) is one error naming it, as
-are two names of one commit. Ctrl-C ends a command with status 130 and no traceback once its
-imports are done (in the first second or two, while Python imports it, it prints Python's own
-traceback).
+A name that is neither, or names two things, is one error naming it; so are two names of one
+commit. Which name wins where git and DVC both have it: docs/operations.md.
 """
 
 from __future__ import annotations
