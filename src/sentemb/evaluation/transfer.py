@@ -46,8 +46,8 @@ optimum (docs/protocol.md; `benchmarks/transfer.py`):
   below the tolerance, so the path keeps the smaller C's solution.
 
 `warm_start: false`, `center: false` and `tol: 1e-4` fit each C cold on the vectors as they are:
-the results of `GridSearchCV` inside `cross_validate` bit for bit. On float32 vectors scikit-learn's lbfgs computes in float32 (the input's dtype;
-the centring step keeps it).
+the results of `GridSearchCV` inside `cross_validate` bit for bit. On float32 vectors
+scikit-learn's lbfgs computes in float32 (the input's dtype; the centring step keeps it).
 """
 
 from __future__ import annotations
