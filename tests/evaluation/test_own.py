@@ -206,13 +206,17 @@ def test_a_qrel_naming_no_document_names_its_line(tmp_path: Path) -> None:
 
 def test_every_key_a_metrics_file_holds_beside_scores_is_reserved() -> None:
     """A set may not be named as a refinement (its scores nest under that key), `seconds` or
-    `skipped`: own.py spells the refinements' names so training does not read their code."""
+    `skipped`, nor begin with one and a dot: own.py spells the refinements' names so training
+    does not read their code."""
     from sentemb.evaluation.own import RESERVED
     from sentemb.registry import REFINEMENTS
 
     assert set(REFINEMENTS) <= set(RESERVED)
-    for name in RESERVED:
-        with pytest.raises(ConfigError, match=rf"own\[0\]\.name: '{name}' is a key"):
+    for name in (*RESERVED, *(f"{r}.x" for r in RESERVED)):  # git's scores key `repal.<column>`
+        with pytest.raises(ConfigError, match=rf"own\[0\]\.name: '{name}' is, or begins, a key"):
             section(
                 {"own": [{"name": name, "kind": "sts", "path": "data/own/a.tsv"}]}, "own", OwnConfig
             )
+    assert section(
+        {"own": [{"name": "repalx", "kind": "sts", "path": "data/own/a.tsv"}]}, "own", OwnConfig
+    )
