@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from sentemb.evaluation.own import (
     OwnEvaluator,
     read_beir,
     read_reranking,
+    read_sts_pairs,
     reranking_items,
     retrieval_items,
 )
@@ -220,3 +222,20 @@ def test_every_key_a_metrics_file_holds_beside_scores_is_reserved() -> None:
     assert section(
         {"own": [{"name": "repalx", "kind": "sts", "path": "data/own/a.tsv"}]}, "own", OwnConfig
     )
+
+
+@pytest.mark.parametrize(
+    ("read", "missing"),
+    [
+        (read_sts_pairs, "none.tsv"),
+        (read_reranking, "none.jsonl"),
+        (lambda path, param: read_beir(path, "test", param), "none/corpus.jsonl"),
+    ],
+    ids=["sts", "reranking", "retrieval"],
+)
+def test_a_missing_file_names_its_param(tmp_path: Path, read: Any, missing: str) -> None:
+    path = tmp_path / missing.split("/")[0]
+    with pytest.raises(
+        DataFormatError, match=rf"{missing}: file not found \(eval\.own\[1\]\.path\)"
+    ):
+        read(path, "eval.own[1].path")

@@ -124,7 +124,10 @@ def _parquet(path: Path, columns: Sequence[str], param: str) -> Iterator[tuple[s
 
 
 def read_rows(path: Path, columns: Sequence[str], param: str) -> Iterator[tuple[str, Row]]:
-    """Stream the `columns` of every row of a table file, with where each row is."""
+    """Stream the `columns` of every row of a table file, with where each row is; a missing file
+    is one error naming it and `param`."""
+    if not path.is_file():
+        raise DataFormatError(f"{path}: file not found ({param})")
     kind = table_format(path, param)
     if kind == "jsonl":
         return _jsonl(path, columns, param)
