@@ -532,22 +532,32 @@ def damaged(board: dict) -> list[tuple[str, str]]:
     row, stale = board["rows"][1], {"label": "x", "commit": "0" * 40, "reason": "r", "rerun": "d"}
     cases = [
         ("{", "not valid JSON"),
-        ("[]", "not a mapping"),
+        ("[]", "board: expected a mapping, got []"),
         (json.dumps({"rows": []}), "code: missing"),
-        (json.dumps(board | {"params": None}), "params: None is not a dict"),
-        (json.dumps(board | {"rows": None}), "rows: None is not a list"),
-        (json.dumps(board | {"rows": ["x"]}), "rows[0]: not a mapping"),
+        (json.dumps(board | {"params": None}), "board.params: expected a mapping, got None"),
+        (json.dumps(board | {"rows": None}), "board.rows: expected a list, got None"),
+        (json.dumps(board | {"rows": ["x"]}), "board.rows[0]: expected a mapping"),
         (json.dumps(board | {"stale": [{"label": "x"}]}), "stale[0].commit: missing"),
-        (json.dumps(board | {"stale": [stale | {"commit": None}]}), "stale[0].commit: None is"),
+        (
+            json.dumps(board | {"stale": [stale | {"commit": None}]}),
+            "stale[0].commit: expected str, got None",
+        ),
     ]
     for key in ("commit", "method", "params", "scores", "versus", "experiment"):
         broken = {k: v for k, v in row.items() if k != key}
         cases.append((json.dumps(board | {"rows": [broken]}), f"rows[0].{key}: missing"))
-    cases.append((json.dumps(board | {"rows": [row | {"params": None}]}), "rows[0].params: None"))
+    cases.append(
+        (
+            json.dumps(board | {"rows": [row | {"params": None}]}),
+            "rows[0].params: expected a mapping, got None",
+        )
+    )
     for commit in ("main", "HEAD", row["commit"][:7]):  # a name would move; a row ran at one commit
         cases.append((json.dumps(board | {"rows": [row | {"commit": commit}]}), "rows[0].commit: "))
     half = row | {"versus": {"sts": row["versus"]["sts"] | {"low": 1.0, "high": None}}}
-    cases.append((json.dumps(board | {"rows": [half]}), "rows[0].versus.sts: an interval needs"))
+    cases.append(
+        (json.dumps(board | {"rows": [half]}), "rows[0].versus.sts.low: an interval needs")
+    )
     for key in ("STS", "sts/foo", "nope"):  # a suite row the report cannot place
         broken = row | {"versus": {key: row["versus"]["sts"]}}
         cases.append((json.dumps(board | {"rows": [broken]}), f"rows[0].versus.{key}: not a"))
@@ -561,7 +571,7 @@ def damaged(board: dict) -> list[tuple[str, str]]:
         ("versus", versus, "low", [1.0]),
     ):
         broken = row | {name: {"sts": entry | {field: value}}}
-        problem = f"rows[0].{name}.sts.{field}: {value!r} is not what a board holds"
+        problem = f"board.rows[0].{name}.sts.{field}: "
         cases.append((json.dumps(board | {"rows": [broken]}), problem))
     mean_missing = row | {"scores": {"sts": {"std": 0.1, "n": 3}}}
     cases.append((json.dumps(board | {"rows": [mean_missing]}), "rows[0].scores.sts.mean: missing"))

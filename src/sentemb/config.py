@@ -290,6 +290,10 @@ def from_dict(cls: type[T], values: dict[str, Any] | None, where: str) -> T:
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {unknown}; known keys are {sorted(names)}")
     kwargs = {k: _coerce(v, hints[k], f"{where}.{k}") for k, v in values.items()}
+    for f in dataclasses.fields(cls):
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if required and f.name not in kwargs:
+            raise ConfigError(f"{where}.{f.name}: missing")
     try:
         config = cls(**kwargs)
     except TypeError as err:

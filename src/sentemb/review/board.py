@@ -6,16 +6,15 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import re
 import shlex
 import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
-from sentemb.config import UserError, run_plan, section
+from sentemb.config import ConfigError, Count, UserError, from_dict, run_plan, section
 from sentemb.io import flatten, read_json
 from sentemb.registry import SUITES
 from sentemb.report.markdown import REFINED
@@ -36,32 +35,99 @@ from sentemb.training.config import BUILT_IN, TrainConfig
 
 CHAIN = ("train", "refine", "evaluate", "analyze")  # the stages of one seed's run
 BASELINE = "simcse"  # the row every other is tested against
-BOARD_KEYS = ("code", "params", "tested_against", "rows", "stale")  # what a later call reads
-ROW_FIELDS = {"label": str, "method": str, "commit": str, "params": dict, "trained_on": str}
-ROW_FIELDS |= {"experiment": object, "seeds": list, "scores": dict, "versus": dict}
-STALE_FIELDS = {"label": str, "commit": str, "reason": str, "rerun": str}
 # param values an older revision spelled otherwise: {param: {old value: today's}}
 RENAMED: dict[str, dict[str, str]] = {"train.corpus": BUILT_IN}
 
 
-def finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def finite_or_none(value: Any) -> bool:
-    return value is None or finite(value)
-
-
-# what each entry of a row's `scores` and `versus` holds: a check and what it asks for
-SCORE_CHECKS = {"mean": finite, "std": finite, "n": lambda n: type(n) is int and n >= 1}
-VERSUS_CHECKS = {"difference": finite, "low": finite_or_none, "high": finite_or_none}
-VERSUS_CHECKS |= {"significant": lambda b: isinstance(b, bool), "p_seeds": finite_or_none}
-VERSUS_CHECKS |= {"below_noise": lambda b: isinstance(b, bool)}
 TITLE = "# Leaderboard"  # the report's first line
 T = TypeVar("T")
 log = logging.getLogger("leaderboard")
 JSON, REPORT = Path("reports/leaderboard.json"), Path("reports/leaderboard.md")
 ROWS = [row for suite in SUITES for row in (suite, *(f"{suite}/{r}" for r in REFINED))]
+
+
+@dataclass
+class Spread:
+    """A row's score in one column: mean ± std over `n` seeds."""
+
+    mean: float
+    std: float
+    n: Count
+
+
+@dataclass
+class Versus:
+    """A row's paired test against SimCSE in one column (`sentemb.review.paired`'s result)."""
+
+    difference: float
+    low: float | None
+    high: float | None
+    significant: bool
+    below_noise: bool
+    p_seeds: float | None
+    test: Literal["bootstrap", "seeds"] | None = None  # None: a board written before tests said
+
+    def validate(self) -> list[str]:
+        if (self.low is None) != (self.high is None):
+            return ["low: an interval needs both low and high, or neither"]
+        return []
+
+
+def commit_problems(commit: str) -> list[str]:
+    """A row runs at one commit: a full hash, not a name that moves."""
+    if re.fullmatch("[0-9a-f]{40}", commit):
+        return []
+    return [f"commit: {commit!r} is not a full commit hash"]
+
+
+@dataclass
+class Row:
+    """One experiment's row."""
+
+    label: str
+    method: str
+    experiment: str | None
+    commit: str
+    params: dict[str, Any]
+    trained_on: str
+    seeds: list[int]
+    scores: dict[str, Spread]
+    versus: dict[str, Versus]
+
+    def validate(self) -> list[str]:
+        unplaced = [
+            f"{name}.{key}: not a suite row; rows are {ROWS}"
+            for name in ("scores", "versus")
+            for key in getattr(self, name)
+            if key.partition(":")[0] not in ROWS
+        ]
+        return commit_problems(self.commit) + unplaced
+
+
+@dataclass
+class Stale:
+    """A run left out, with why and the command that reruns it."""
+
+    label: str
+    commit: str
+    reason: str
+    rerun: str
+
+    def validate(self) -> list[str]:
+        return commit_problems(self.commit)
+
+
+@dataclass
+class Board:
+    """reports/leaderboard.json: what a later call reads back, each part typed and checked."""
+
+    code: str
+    params: dict[str, Any]
+    tested_against: str | None
+    rows: list[Row]
+    stale: list[Stale]
+    reference_commit: str | None = None
+    reference: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -251,62 +317,14 @@ def listed(out: Path) -> dict[str, Any]:
     if not out.is_file():
         return {"rows": [], "stale": []}
     before = read_json(out)
-    problem = board_problem(before)
-    if problem:
+    try:
+        from_dict(Board, before, "board")
+    except ConfigError as err:
         raise UserError(
-            f"{out}: {problem}: not a leaderboard this command wrote (its default: "
+            f"{out}: {err}: not a leaderboard this command wrote (its default: "
             f"{JSON}); restore it from git, or give --json the board's path"
-        )
+        ) from None
     return before
-
-
-def board_problem(board: Any) -> str | None:
-    """What makes `board` other than a leaderboard's JSON (the keys a later call reads), or
-    None."""
-    top = {**dict.fromkeys(BOARD_KEYS, object), "params": dict, "rows": list, "stale": list}
-    entries = [("", board, top)]
-    if isinstance(board, dict) and not missing(board, top):
-        entries += [(f"rows[{i}].", row, ROW_FIELDS) for i, row in enumerate(board["rows"])]
-        entries += [(f"stale[{i}].", row, STALE_FIELDS) for i, row in enumerate(board["stale"])]
-    for where, entry, fields in entries:
-        if not isinstance(entry, dict):
-            return f"{where.rstrip('.') or 'the file'}: not a mapping"
-        if problem := missing(entry, fields):
-            return where + problem
-        if "commit" in fields and not re.fullmatch("[0-9a-f]{40}", entry["commit"]):
-            return f"{where}commit: {entry['commit']!r} is not a full commit hash"
-        if fields is ROW_FIELDS and (problem := numbers_problem(entry)):
-            return where + problem
-    return None
-
-
-def numbers_problem(row: dict[str, Any]) -> str | None:
-    """What is wrong with a row's `scores` (mean, std, n per suite row) or `versus` (the paired
-    tests per suite row), said with its key, or None."""
-    for name, checks in (("scores", SCORE_CHECKS), ("versus", VERSUS_CHECKS)):
-        for key, entry in row[name].items():
-            if key.partition(":")[0] not in ROWS:
-                return f"{name}.{key}: not a suite row; rows are {ROWS}"
-            if not isinstance(entry, dict):
-                return f"{name}.{key}: not a mapping"
-            for field, check in checks.items():
-                if field not in entry:
-                    return f"{name}.{key}.{field}: missing"
-                if not check(entry[field]):
-                    return f"{name}.{key}.{field}: {entry[field]!r} is not what a board holds"
-            if name == "versus" and (entry["low"] is None) != (entry["high"] is None):
-                return f"{name}.{key}: an interval needs both low and high, or neither"
-    return None
-
-
-def missing(entry: dict[str, Any], fields: dict[str, type]) -> str | None:
-    """The first of `fields` that `entry` lacks or holds as another type, said, or None."""
-    for key, kind in fields.items():
-        if key not in entry:
-            return f"{key}: missing"
-        if not isinstance(entry[key], kind):
-            return f"{key}: {entry[key]!r} is not a {kind.__name__}"
-    return None
 
 
 def build(repo: Path, out: Path) -> dict[str, Any]:
