@@ -85,8 +85,8 @@ class SSCLConfig:
 
     def validate(self) -> list[str]:
         problems = []
-        if not self.layers or len(set(self.layers)) != len(self.layers):
-            problems.append(f"layers: must name distinct layers, got {self.layers}")
+        if not self.layers:
+            problems.append("layers: must name at least one layer, got []")
         if self.variant == "self" and self.average_with_simcse:
             problems.append("average_with_simcse: only meaningful with variant 'batch'")
         return problems
