@@ -89,7 +89,7 @@ NonNegativeInt = Annotated[int, Range(0)]
 Positive = Annotated[float, Range(0, open_low=True)]  # a scale, temperature or rate
 NonNegative = Annotated[float, Range(0)]  # a weight or ratio that 0 turns off
 Probability = Annotated[float, Range(0, 1)]
-# softmax(cos / τ): the range SimCSE (App. D) and SSCL (Table 6) tried; past 1 the logits span
+# softmax(cos / τ): the range SSCL (Table 6) and SimCSE (App. D) tried; past 1 the logits span
 # less than ±1 and the softmax is near uniform, below 0.001 they pass ±1000 and only overflow
 Temperature = Annotated[float, Range(1e-3, 1, why="the range the papers tried")]
 Seed = Annotated[int, Range(0, 2**32, open_high=True)]  # what every generator seeded here takes
