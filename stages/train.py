@@ -60,12 +60,12 @@ def main() -> None:
     check_folder(args.checkpoints)
     params = load_params(args.params)
     use_nltk_data(section(params, "data", DataConfig), args.params)
-    check_params(params)  # once, before torchrun starts a process per GPU
+    method = args.method or run_plan(params)[0]
+    check_params(params, method)  # once, before torchrun starts a process per GPU
     nproc = section(params, "train", TrainConfig).nproc
     if nproc > 1 and "WORLD_SIZE" not in os.environ:  # not yet under torchrun
         torchrun(nproc)
     one_gpu(params)  # alone: the GPU train.device names, no other
-    method = args.method or run_plan(params)[0]
     job = prepare(
         method, args.seed, params, args.data, args.corpus
     )  # every input checked: no run yet

@@ -130,7 +130,7 @@ def test_a_section_that_is_not_a_mapping_is_refused(tmp_path: Path, value: objec
         (["simcse", "dclr"], [1], r"^method: one experiment is one method.*method=simcse,dclr$"),
         (None, [1], r"^method: expected a method name or a '\+' join"),
         ("simcse", [2**32], r"^seeds: expected integers in \[0, 2\*\*32\)"),
-        ("simcse", [1, 1], r"^seeds: \[1, 1\] lists a seed twice"),
+        ("simcse", [1, 1], r"^seeds: 1 is repeated \(\[0\] and \[1\]\); list it once$"),
         ("simcse", [], r"^seeds: expected a non-empty list"),
         ("simcse", 42, r"^seeds: expected a non-empty list .* -S 'seeds=\[42\]'"),
     ],
@@ -336,7 +336,7 @@ def test_every_list_of_choices_refuses_unknown_repeated_and_no_entries(
     entry where one is needed, are one error naming the param (an empty list used to reach the
     suite, whose error named no param)."""
     cls = params_sections()[dotted]
-    cases = [([known, "nope"], "unknown ['nope']"), ([known, known], "repeated entries")]
+    cases = [([known, "nope"], "unknown ['nope']"), ([known, known], f"{known!r} is repeated")]
     cases += [] if empty else [([], "must name at least one of")]
     for value, message in cases:
         with pytest.raises(ConfigError) as err:
@@ -344,6 +344,52 @@ def test_every_list_of_choices_refuses_unknown_repeated_and_no_entries(
         assert str(err.value).startswith(f"{dotted}.{key}: {message}"), str(err.value)
     if empty:
         section(nested(dotted, {key: []}), dotted, cls)
+
+
+def list_params() -> list[tuple[str, type, str]]:
+    """(dotted section, its dataclass, field) of every list param, nested sections walked and
+    `| None` lists included."""
+    found = []
+
+    def walk(dotted: str, cls: type) -> None:
+        for name, hint in typing.get_type_hints(cls, include_extras=True).items():
+            if dataclasses.is_dataclass(hint):
+                walk(f"{dotted}.{name}", hint)
+            elif any(typing.get_origin(a) in (list, tuple) for a in [hint, *typing.get_args(hint)]):
+                found.append((dotted, cls, name))
+
+    for dotted, cls in params_sections().items():
+        walk(dotted, cls)
+    return found
+
+
+LISTS = list_params()
+# an entry for each list param whose default holds none (the others repeat their first)
+ENTRIES = {
+    "data.datasets": "STSBenchmark",
+    "eval.own.sets": {"name": "bio", "kind": "sts", "path": "data/own/bio.tsv"},
+}
+
+
+def test_the_list_walker_finds_nested_optional_and_dataclass_lists() -> None:
+    found = {f"{d}.{n}" for d, _, n in LISTS}
+    assert {"data.datasets", "refine.repal.lambda1", "eval.own.sets", "sscl.layers"} <= found
+
+
+@pytest.mark.parametrize(("dotted", "cls", "name"), LISTS, ids=[f"{d}.{n}" for d, _, n in LISTS])
+def test_every_list_param_refuses_a_repeated_entry_naming_it(
+    dotted: str, cls: type, name: str
+) -> None:
+    """The class of list params: each is a set of choices, grid points, layers or edges, so an
+    entry given twice is one error naming the param and the entry's places (a repeated task or
+    grid point was scored twice, a repeated augmentation or dataset silently dropped)."""
+    default = getattr(cls(), name) or []
+    entry = ENTRIES.get(f"{dotted}.{name}", default[0] if default else None)
+    assert entry is not None, f"{dotted}.{name}: add an entry to ENTRIES"
+    with pytest.raises(ConfigError) as err:
+        section(nested(dotted, {name: [entry, entry]}), dotted, cls)
+    message = str(err.value)
+    assert message.startswith(f"{dotted}.{name}: ") and "is repeated ([0] and [1])" in message
 
 
 def test_an_empty_chinese_model_name_is_refused_not_the_main_model() -> None:

@@ -78,7 +78,7 @@ def test_a_loss_class_takes_its_section_as_keywords(tiny_st) -> None:
     )
     with pytest.raises(ConfigError, match=r"^sscl: unknown key\(s\) \['layr'\]"):
         SSCLLoss(tiny_st, layr=[-2])
-    with pytest.raises(ConfigError, match=r"^simcse.temperature: must be > 0"):
+    with pytest.raises(ConfigError, match=r"^simcse.temperature: must be in \[0.001, 1\]"):
         SSCLLoss(tiny_st, temperature=0.0)
 
 

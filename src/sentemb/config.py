@@ -89,6 +89,9 @@ NonNegativeInt = Annotated[int, Range(0)]
 Positive = Annotated[float, Range(0, open_low=True)]  # a scale, temperature or rate
 NonNegative = Annotated[float, Range(0)]  # a weight or ratio that 0 turns off
 Probability = Annotated[float, Range(0, 1)]
+# softmax(cos / τ): the range SSCL (Table 6) and SimCSE (App. D) tried; past 1 the logits span
+# less than ±1 and the softmax is near uniform, below 0.001 they pass ±1000 and only overflow
+Temperature = Annotated[float, Range(1e-3, 1, why="the range the papers tried")]
 Seed = Annotated[int, Range(0, 2**32, open_high=True)]  # what every generator seeded here takes
 # a sample of test pairs scored by a rank correlation, which 2 pairs make ±1 whatever the model
 PairSample = Annotated[int, Range(3)]
@@ -97,17 +100,27 @@ PairSample = Annotated[int, Range(3)]
 def choice_problems(
     name: str, values: list[Any], known: Sequence[Any], empty: bool = False
 ) -> list[str]:
-    """What is wrong with list param `name` of entries from `known`: unknown or repeated
-    entries, or none at all (unless `empty` is allowed), each said with the param's key."""
+    """What is wrong with list param `name` of entries from `known`: unknown entries, or none
+    at all (unless `empty` is allowed), each said with the param's key (`from_dict` refuses a
+    repeated entry of every list param)."""
     problems = []
     unknown = [v for v in values if v not in known]
     if unknown:
         problems.append(f"{name}: unknown {unknown}; known {list(known)}")
-    if len(set(map(str, values))) != len(values):
-        problems.append(f"{name}: repeated entries in {values}")
     if not values and not empty:
         problems.append(f"{name}: must name at least one of {list(known)}")
     return problems
+
+
+def check_distinct(values: Sequence[Any], where: str) -> None:
+    """A `ConfigError` naming list param `where`, the repeated entry and its two places, for a
+    list holding an entry twice. Every list param is a set of choices, grid points, layers or
+    edges, where a repeat is a typo (run or scored twice, or a zero-width bin): none allows one.
+    """
+    for j, value in enumerate(values):
+        if value in values[:j]:
+            i = values.index(value)
+            raise ConfigError(f"{where}: {value!r} is repeated ([{i}] and [{j}]); list it once")
 
 
 def ranges(annotation: Any) -> list[Range]:
@@ -255,7 +268,9 @@ def _coerce(value: Any, annotation: Any, where: str, nullable: bool = False) -> 
         if not isinstance(value, list | tuple):
             raise ConfigError(f"{where}: expected a list, got {value!r}")
         item_type = args[0] if args else Any
-        return [_coerce(v, item_type, f"{where}[{i}]") for i, v in enumerate(value)]
+        items = [_coerce(v, item_type, f"{where}[{i}]") for i, v in enumerate(value)]
+        check_distinct(items, where)
+        return items
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a mapping, got {value!r}")
@@ -360,6 +375,5 @@ def run_plan(params: dict) -> tuple[str, list[int]]:
         )
     if any(not isinstance(s, int) or isinstance(s, bool) or s not in SEEDS for s in seeds):
         raise ConfigError(f"seeds: expected integers in [0, 2**32), got {seeds!r}")
-    if len(set(seeds)) != len(seeds):
-        raise ConfigError(f"seeds: {seeds!r} lists a seed twice")
+    check_distinct(seeds, "seeds")
     return "+".join(parse_spec(method)), seeds

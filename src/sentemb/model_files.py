@@ -53,6 +53,21 @@ def resolve_model(name_or_path: str, param: str = "model.name_or_path") -> str:
     return hub_model(name_or_path, param)
 
 
+def hidden_layers(name_or_path: str, trust_remote_code: bool, param: str) -> int:
+    """The number of hidden layers of model `name_or_path` (`param` names it), read from its
+    config alone: no weights are loaded."""
+    from transformers import AutoConfig
+
+    from sentemb.encoder import loading_errors
+
+    path = resolve_model(name_or_path, param)
+    if Path(path).is_dir():
+        check_model_folder(Path(path), trust_remote_code, param)
+    with loading_errors(param, name_or_path):
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    return config.num_hidden_layers
+
+
 def looks_like_path(name: str) -> bool:
     """Whether `name` is meant as a folder rather than a hub name (`name` or `org/name`): it is
     no valid hub name (it starts with '.', '~' or '/', has two '/', ...), holds the system's own

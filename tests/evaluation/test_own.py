@@ -186,7 +186,7 @@ def test_a_bad_sts_row_names_file_line_and_column(
             r"own\[0\]\.path: .* not under",
         ),
         (
-            [{"name": "a", "kind": "sts", "path": "data/own/x"}] * 2,
+            [{"name": "a", "kind": "sts", "path": f"data/own/{x}"} for x in "xy"],
             r"own\.sets: the name 'a' is given twice",
         ),
     ],

@@ -79,7 +79,11 @@ def test_unknown_or_repeated_method_is_an_error(tiny_st) -> None:
             r"iscse.k: must be in \[1, buffer_size=8\]",
         ),
         ("dclr", {"dclr": {"phi": 1.5}}, r"dclr.phi: must be in \[0, 1\]"),
-        ("simcse", {"simcse": {"temperature": -0.05}}, r"simcse.temperature: must be > 0"),
+        (
+            "simcse",
+            {"simcse": {"temperature": -0.05}},
+            r"simcse.temperature: must be in \[0.001, 1\]",
+        ),
         ("simcse", {"simcse": {"temperature": float("nan")}}, r"temperature: expected a finite"),
         ("iscse", {"iscse": {"beta": float("nan")}}, r"iscse.beta: expected a finite"),
         (

@@ -118,7 +118,20 @@ def data_copy(data: Path, folder: Path) -> Path:
             ({"train": {"max_length": n}}, "simcse", "train.max_length: must be in [3, 128] for")
             for n in (1, 2, 129, 100_000)
         ),
-        ({"sscl": {"layers": [-3]}}, "sscl", "sscl.layers: must each be in [-2, -2] for"),
+        ({"sscl": {"layers": [-3]}}, "sscl", "sscl.layers: -3 is not in [-2, -2]: the model"),
+        # the class of params inside their type's range that cannot train (issue 55)
+        ({"simcse": {"temperature": 1e300}}, "simcse", "simcse.temperature: must be in [0.001, 1]"),
+        (
+            {"train": {"weight_decay": 1e300}},
+            "simcse",
+            "train.weight_decay: 1e+300 x train.learning_rate 3e-05 is 3e+295; it must be <= 0.01",
+        ),
+        ({"dclr": {"noise_ratio": 1e-9}}, "dclr", "dclr.noise_ratio: 1e-09 x train.batch_size 16"),
+        (
+            {"paser": {"mlm_probability": 1e-12}},
+            "simcse+paser",
+            "paser.mlm_probability: 1e-12 x train.max_length 32",
+        ),
         (
             {"paser": {"mask_phrases": 6}},
             "simcse+paser",

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import torch
 from torch import Tensor, nn
 
-from sentemb.config import Positive
+from sentemb.config import Temperature
 from sentemb.encoder import EncoderOutput
 from sentemb.methods.functional import gather_with_grad, info_nce
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 class SimCSEConfig:
     """Params section `simcse`: the base objective every method builds on."""
 
-    temperature: Positive = 0.05
+    temperature: Temperature = 0.05
 
 
 @dataclass

@@ -36,7 +36,15 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 from torch import Tensor
 
-from sentemb.config import ConfigError, NonNegative, NonNegativeInt, Positive, Probability
+from sentemb.config import (
+    LARGEST,
+    ConfigError,
+    NonNegative,
+    NonNegativeInt,
+    Positive,
+    Probability,
+    Temperature,
+)
 from sentemb.methods.base import Method, Objective, TrainState, Views
 from sentemb.methods.functional import (
     NORM_EPS,
@@ -55,6 +63,8 @@ from sentemb.registry import register_method
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
+
+    from sentemb.training.config import TrainConfig
 
 
 def noise_negatives(
@@ -187,10 +197,22 @@ class DCLRConfig:
     sigma: Positive = 1.0
     ascent_steps: NonNegativeInt = 4
     ascent_lr: NonNegative = 1e-3
-    noise_temperature: Positive = 0.05
+    noise_temperature: Temperature = 0.05
     phi: Probability = 0.9  # a cosine threshold (eq. 5)
     complementary_model: str | None = None
     complementary_pooler: str = "auto"
+
+    def run_problems(self, train: TrainConfig) -> list[str]:
+        """What `train` makes of this section: `noise_ratio` (unless 0, off) must give at least
+        one noise negative per global batch (`train.batch_size`), and no more than torch takes."""
+        noise = self.noise_ratio * train.batch_size  # k, rounded half up (`noise_negatives`)
+        if self.noise_ratio and not 0.5 <= noise < LARGEST.high + 0.5:
+            return [
+                f"noise_ratio: {self.noise_ratio} x train.batch_size {train.batch_size} is "
+                f"{noise:.3g} noise negatives; it must round to 1 to {LARGEST.high} "
+                "(noise_ratio: 0 turns them off)"
+            ]
+        return []
 
 
 @register_method("dclr", config=DCLRConfig)

@@ -30,12 +30,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NamedTuple
 
 import torch
 from torch import Tensor
 
-from sentemb.config import Count, NonNegative, Positive, Probability
+from sentemb.config import Count, NonNegative, Probability, Range
 from sentemb.methods.base import Method, Objective, TrainState, Views
 from sentemb.methods.functional import (
     check_temperature,
@@ -233,13 +233,17 @@ def alpha_schedule(
     return min(math.cos(math.pi * progress) * (alpha_start - alpha_end), 0.0) + alpha_end
 
 
+# eq. 4 weighs the k neighbours by softmax(cos / β): near one-hot on the nearest at β = 0.001
+ONE_HOT = "cos / beta past 1000 weighs the nearest neighbour alone; smaller only overflows"
+
+
 @dataclass
 class ISCSEConfig:
     """Params section `iscse` (the paper's defaults for base models)."""
 
     buffer_size: Count = 1024
     k: Count = 16
-    beta: Positive = 2.0
+    beta: Annotated[float, Range(1e-3, why=ONE_HOT)] = 2.0  # eq. 4's temperature
     retrieval: Literal["knn", "kmeans"] = "knn"
     clusters: Count = 64
     gamma: Probability = 0.5

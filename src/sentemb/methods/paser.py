@@ -39,6 +39,8 @@ from sentemb.registry import register_method
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
+    from sentemb.training.config import TrainConfig
+
 DECODER_DIR = "paser_decoder"
 
 
@@ -63,6 +65,19 @@ class PaSeRConfig:
         unknown = sorted(set(self.augment) - set(EDA_OPERATIONS))
         if unknown:
             return [f"augment: unknown {unknown}; choose from {list(EDA_OPERATIONS)}"]
+        return []
+
+    def run_problems(self, train: TrainConfig) -> list[str]:
+        """What `train` makes of this section: MLM (unless `mlm_weight` is 0, off) must expect
+        at least one masked token in a sentence of `train.max_length` tokens (none masked is
+        no loss to learn from)."""
+        expected = self.mlm_probability * train.max_length
+        if self.mlm_weight and expected < 1:
+            return [
+                f"mlm_probability: {self.mlm_probability} x train.max_length {train.max_length} "
+                f"is {expected:.3g} masked tokens a sentence; it must be >= 1, so "
+                f"mlm_probability >= {1 / train.max_length:.3g} (mlm_weight: 0 turns MLM off)"
+            ]
         return []
 
 

@@ -78,18 +78,27 @@ def sscl_negatives(intermediate: Sequence[Tensor], variant: SSCLVariant) -> Tens
 class SSCLConfig:
     """Params section `sscl`."""
 
-    # hidden layers counted from the last (-1); the model's depth bounds them where it loads
+    # hidden layers counted from the last (-1); the model's depth bounds them (`depth_problems`)
     layers: list[Annotated[int, Range(high=-2)]] = field(default_factory=lambda: [-2])
     variant: Literal["self", "batch"] = "batch"
     average_with_simcse: bool = True
 
     def validate(self) -> list[str]:
         problems = []
-        if not self.layers or len(set(self.layers)) != len(self.layers):
-            problems.append(f"layers: must name distinct layers, got {self.layers}")
+        if not self.layers:
+            problems.append("layers: must name at least one layer, got []")
         if self.variant == "self" and self.average_with_simcse:
             problems.append("average_with_simcse: only meaningful with variant 'batch'")
         return problems
+
+    def depth_problems(self, depth: int) -> list[str]:
+        """What is wrong with `layers` for a model of `depth` hidden layers."""
+        return [
+            f"layers: {layer} is not in [-{depth}, -2]: the model (model.name_or_path) has "
+            f"{depth} hidden layers"
+            for layer in self.layers
+            if -layer > depth
+        ]
 
 
 @register_method("sscl", config=SSCLConfig)
@@ -100,12 +109,8 @@ class SSCL(Method):
 
     def __init__(self, config: SSCLConfig, model: SentenceTransformer) -> None:
         super().__init__(config, model)
-        layers = model[0].auto_model.config.num_hidden_layers
-        if any(-layer > layers for layer in config.layers):
-            raise ConfigError(
-                f"sscl.layers: must each be in [-{layers}, -2] for this model of {layers} layers, "
-                f"got {config.layers}"
-            )
+        for problem in config.depth_problems(model[0].auto_model.config.num_hidden_layers):
+            raise ConfigError(f"sscl.{problem}")
         self._added: Tensor | None = None
 
     def contribute(self, objective: Objective, views: Views, state: TrainState) -> None:

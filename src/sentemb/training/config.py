@@ -18,6 +18,9 @@ WHY = "AdamW's first step, 10 x learning_rate, must be a float32"
 WIKI = "data/raw/corpus/wiki1m_for_simcse.txt"
 BUILT_IN = {"wiki": WIKI, "sts": "data/raw/corpus/sts.txt"}
 LearningRate = Annotated[float, Range(0, MAX_LEARNING_RATE, open_low=True, open_high=True, why=WHY)]
+# AdamW's decoupled decay multiplies every weight by 1 - learning_rate x weight_decay each step:
+# at 0.01 a weight the loss does not hold halves in 69 steps (BERT fine-tuning: 2e-5 x 0.01)
+MAX_DECAY = 0.01
 
 
 @dataclass
@@ -73,4 +76,10 @@ class TrainConfig:
             )
         if not self.text_column:
             problems.append("text_column: the name of the text's column, got ''")
+        if (decay := self.learning_rate * self.weight_decay) > MAX_DECAY:
+            problems.append(
+                f"weight_decay: {self.weight_decay} x train.learning_rate {self.learning_rate} "
+                f"is {decay:.3g}; it must be <= {MAX_DECAY} (AdamW shrinks every weight by that "
+                "share each step)"
+            )
         return problems

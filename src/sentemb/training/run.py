@@ -30,6 +30,7 @@ from sentemb.io import atomic_path
 from sentemb.losses import MethodLoss, contrastive, method_loss
 from sentemb.methods.paser import PaSeRConfig
 from sentemb.model_config import ModelConfig
+from sentemb.model_files import hidden_layers
 from sentemb.phrases import PhrasesConfig, read_phrase_spans
 from sentemb.pooling import POOLERS, check_pooler
 from sentemb.registry import METHODS
@@ -335,15 +336,29 @@ def probe_dev_vectors(encoder: Encoder, pooler: str, data: Path, batch_size: int
         encoder.pooler = trained_with
 
 
-def check_params(params: Mapping[str, Any]) -> None:
+def check_params(params: Mapping[str, Any], spec: str) -> None:
     """What every training run reads, checked before anything starts (also before `torchrun`
     starts its processes, which would each print the error): the run plan, `train`, and the
     section of every method, whichever runs, since every one is a param of stage `train`: a typo
-    in another method's section is an error, not a silent rerun."""
+    in another method's section is an error, not a silent rerun. Then the bounds on the sections
+    of the methods of `spec` that `train` sets (a config's `run_problems`) and the model's depth
+    (`depth_problems`: its config is read, not its weights)."""
     run_plan(params)
-    section(params, "train", TrainConfig)
-    for entry in METHODS.values():
-        section(params, entry.name, entry.config)
+    train = section(params, "train", TrainConfig)
+    configs = {entry.name: section(params, entry.name, entry.config) for entry in METHODS.values()}
+    depth = None
+    for name in parse_spec(spec):
+        config = configs[name]
+        problems = config.run_problems(train) if hasattr(config, "run_problems") else []
+        if hasattr(config, "depth_problems"):
+            if depth is None:
+                model = section(params, "model", ModelConfig)
+                depth = hidden_layers(
+                    model.name_or_path, model.trust_remote_code, "model.name_or_path"
+                )
+            problems += config.depth_problems(depth)
+        for problem in problems:
+            raise ConfigError(f"{name}.{problem}")
 
 
 def prepare(
@@ -354,7 +369,7 @@ def prepare(
     then load the model and build its loss and the run key: everything that defines the run
     (params of every part, data hashes, the model's weights, the code), so a checkpoint resumes
     only the same run."""
-    check_params(params)  # the experiment's method and seeds, and every method's section
+    check_params(params, spec)  # the experiment's method and seeds, every method's section
     names = parse_spec(spec)
     spec = "+".join(names)
     if seed not in SEEDS:
