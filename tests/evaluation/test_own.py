@@ -239,3 +239,54 @@ def test_a_missing_file_names_its_param(tmp_path: Path, read: Any, missing: str)
         DataFormatError, match=rf"{missing}: file not found \(eval\.own\[1\]\.path\)"
     ):
         read(path, "eval.own[1].path")
+
+
+def beir_folder(folder: Path, documents: dict[str, dict], queries: dict[str, str]) -> Path:
+    """A BEIR folder: every query relevant to the first document."""
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": k} | v) + "\n" for k, v in documents.items())
+    )
+    (folder / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in queries.items())
+    )
+    first = next(iter(documents))
+    qrels = "".join(f"{q}\t{first}\t1\n" for q in queries)
+    (folder / "qrels/test.tsv").write_text("query-id\tcorpus-id\tscore\n" + qrels)
+    return folder
+
+
+def test_tfidf_scores_reranking_and_retrieval_sets(tmp_path: Path) -> None:
+    """The TF-IDF reference row's vectors are sparse: its cosines are the dense ones'."""
+    from sentemb.tfidf import TfidfEncoder
+
+    path = tmp_path / "r.jsonl"
+    sample = {"query": "red apples", "positive": ["apples are red"], "negative": ["blue sky"]}
+    path.write_text(json.dumps(sample) + "\n")
+    tfidf = TfidfEncoder("en")
+    reranking = reranking_items(read_reranking(path, "eval.own[0].path"), tfidf, 8)
+    assert reranking["map"].tolist() == [1.0] and reranking["mrr@10"].tolist() == [1.0]
+    documents = {"d1": {"text": "apples are red"}, "d2": {"text": "the sky is blue"}}
+    folder = beir_folder(tmp_path / "beir", documents, {"q1": "red apples"})
+    retrieval = retrieval_items(read_beir(folder, "test", "eval.own[0].path"), tfidf, 8)
+    assert retrieval["ndcg@10"].tolist() == [1.0]
+
+
+def test_a_beir_title_is_read_before_its_text(tmp_path: Path) -> None:
+    documents = {"d1": {"title": "Photosynthesis", "text": "a process"}, "d2": {"text": "b"}}
+    folder = beir_folder(tmp_path, documents, {"q1": "x"})
+    read = read_beir(folder, "test", "eval.own[0].path")
+    assert read.documents == {"d1": "Photosynthesis a process", "d2": "b"}
+
+
+def test_an_sts_file_of_equal_scores_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "s.tsv"
+    path.write_text("sentence1\tsentence2\tscore\n" + "a\tb\t3\n" * 4)
+    with pytest.raises(DataFormatError, match=r"s\.tsv: every score is 3; a rank correlation"):
+        read_sts_pairs(path, "eval.own[0].path")
+
+
+def test_a_retrieval_set_takes_no_dev() -> None:
+    entry = {"name": "p", "kind": "retrieval", "path": "data/own/p", "dev": "data/own/q"}
+    with pytest.raises(ConfigError, match=r"own\[0\]\.dev: a retrieval set is not selected on"):
+        section({"own": [entry]}, "own", OwnConfig)

@@ -32,12 +32,16 @@ def params(selection: str, *entries: dict) -> dict:
             [],
             r"train\.selection: 'bio' is neither stsb nor stsb\+sick nor the name of an eval\.own",
         ),
-        ([{**STS, "kind": "retrieval"}], r"'bio' is an eval\.own set of kind retrieval"),
+        (
+            [{**STS, "kind": "retrieval", "dev": None}],
+            r"'bio' is an eval\.own set of kind retrieval",
+        ),
         (
             [{**STS, "dev": None}],
             r"'bio' needs a dev split apart from its test file: give eval\.own\[0\]\.dev",
         ),
         ([{**STS, "dev": STS["path"]}], r"needs a dev split apart from its test file"),
+        ([{**STS, "dev": "./" + STS["path"]}], r"needs a dev split apart from its test file"),
     ],
 )
 def test_a_selection_that_cannot_select_names_the_params(entries: list, message: str) -> None:

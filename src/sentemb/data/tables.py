@@ -50,7 +50,7 @@ def _columns_once(columns: Sequence[str], found: Sequence[str], where: str, para
 
 
 def _delimited(
-    path: Path, columns: Sequence[str], delimiter: str, param: str
+    path: Path, columns: Sequence[str], delimiter: str, param: str, optional: Sequence[str]
 ) -> Iterator[tuple[str, Row]]:
     quoting = csv.QUOTE_MINIMAL if delimiter == "," else csv.QUOTE_NONE
     lines = (line + "\n" for line in iter_lines(path))
@@ -61,17 +61,26 @@ def _delimited(
         if header is None:
             raise DataFormatError(f"{path}: file is empty")
         _columns_once(columns, header, f"{path}:1", param)
-        index = {c: header.index(c) for c in columns}
+        index = {c: header.index(c) for c in [*columns, *(c for c in optional if c in header)]}
         last, start = max(index.values()), rows.line_num
         for row in rows:
             where, start = f"{path}:{start + 1}", rows.line_num
             if not row:
                 continue  # a blank line
             if len(row) <= last:
-                short = next(c for c in columns if index[c] >= len(row))
+                short = next(c for c in index if index[c] >= len(row))
                 raise DataFormatError(
                     f"{where}: {len(row)} fields, no {short!r} ({param}: field "
                     f"{index[short] + 1} of the header's {len(header)})"
+                )
+            if len(row) > len(header):  # an unquoted delimiter would cut a text short
+                raise DataFormatError(
+                    f"{where}: {len(row)} fields, the header has {len(header)} ({param}); "
+                    + (
+                        "quote a field that holds a comma"
+                        if delimiter == ","
+                        else "a TSV field holds no tab"
+                    )
                 )
             yield where, {c: row[i] for c, i in index.items()}
     except csv.Error as err:
@@ -79,7 +88,9 @@ def _delimited(
         raise DataFormatError(f"{path}:{rows.line_num}: not valid {kind}: {err}") from err
 
 
-def _jsonl(path: Path, columns: Sequence[str], param: str) -> Iterator[tuple[str, Row]]:
+def _jsonl(
+    path: Path, columns: Sequence[str], param: str, optional: Sequence[str]
+) -> Iterator[tuple[str, Row]]:
     for lineno, line in enumerate(iter_lines(path), 1):
         if is_blank(line):
             continue
@@ -95,10 +106,12 @@ def _jsonl(path: Path, columns: Sequence[str], param: str) -> Iterator[tuple[str
             raise DataFormatError(
                 f"{where}: no key {missing[0]!r} ({param}); the row has {sorted(row)[:10]}"
             )
-        yield where, {c: row[c] for c in columns}
+        yield where, {c: row[c] for c in [*columns, *(c for c in optional if c in row)]}
 
 
-def _parquet(path: Path, columns: Sequence[str], param: str) -> Iterator[tuple[str, Row]]:
+def _parquet(
+    path: Path, columns: Sequence[str], param: str, optional: Sequence[str]
+) -> Iterator[tuple[str, Row]]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -107,9 +120,11 @@ def _parquet(path: Path, columns: Sequence[str], param: str) -> Iterator[tuple[s
     except (pa.ArrowException, OSError) as err:
         raise DataFormatError(f"{path}: not a Parquet file: {err}") from err
     with table:
-        _columns_once(columns, table.schema_arrow.names, str(path), param)
+        names = table.schema_arrow.names
+        _columns_once(columns, names, str(path), param)
+        read = [*columns, *(c for c in optional if names.count(c) == 1)]
         row = 0
-        batches = table.iter_batches(batch_size=PARQUET_BATCH, columns=list(columns))
+        batches = table.iter_batches(batch_size=PARQUET_BATCH, columns=read)
         while True:
             try:
                 values = next(batches).to_pylist()
@@ -123,17 +138,19 @@ def _parquet(path: Path, columns: Sequence[str], param: str) -> Iterator[tuple[s
                 yield f"{path}: row {row}", record
 
 
-def read_rows(path: Path, columns: Sequence[str], param: str) -> Iterator[tuple[str, Row]]:
-    """Stream the `columns` of every row of a table file, with where each row is; a missing file
-    is one error naming it and `param`."""
+def read_rows(
+    path: Path, columns: Sequence[str], param: str, optional: Sequence[str] = ()
+) -> Iterator[tuple[str, Row]]:
+    """Stream the `columns` of every row of a table file (and the `optional` ones where the file
+    has them), with where each row is; a missing file is one error naming it and `param`."""
     if not path.is_file():
         raise DataFormatError(f"{path}: file not found ({param})")
     kind = table_format(path, param)
     if kind == "jsonl":
-        return _jsonl(path, columns, param)
+        return _jsonl(path, columns, param, optional)
     if kind == "parquet":
-        return _parquet(path, columns, param)
-    return _delimited(path, columns, "," if kind == "csv" else "\t", param)
+        return _parquet(path, columns, param, optional)
+    return _delimited(path, columns, "," if kind == "csv" else "\t", param, optional)
 
 
 def text_field(value: Any, where: str, column: str, param: str) -> str | None:

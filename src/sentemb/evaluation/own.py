@@ -20,8 +20,8 @@ rescores them). The kinds, with the conventions of MTEB and sentence-transformer
   Recall@100 x 100, as its `InformationRetrievalEvaluator` defines them (relevant: a qrel score
   above 0; ties broken by the document id; queries without a relevant document left out).
 
-`dev` names the set's dev split (a file, or for a BEIR folder the qrels split, `dev`), which
-`train.selection` can select models on; the test file is never read for it.
+`dev` names the dev file of an `sts` or `reranking` set, which `train.selection` can select
+models on; the test file is never read for it. A `retrieval` set is not selected on: no `dev`.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import numpy as np
+import scipy.sparse as sp
+from sklearn.preprocessing import normalize
 
 from sentemb.clock import SECONDS
 from sentemb.data.readers import DataFormatError, PairSet, is_blank
@@ -42,6 +44,7 @@ from sentemb.evaluation.base import (
     ENGLISH,
     ITEMS,
     SKIPPED,
+    Embeddings,
     Evaluator,
     SentenceEncoder,
     embed,
@@ -67,7 +70,7 @@ class OwnSet:
     name: str  # its key in the metrics and its column in the leaderboard
     kind: Literal["sts", "reranking", "retrieval"]
     path: str  # the test file, or BEIR folder, under data/own/
-    dev: str | None = None  # the dev file (for a BEIR folder: the qrels split), for selection
+    dev: str | None = None  # the dev file, for selection (sts and reranking)
 
     def validate(self) -> list[str]:
         problems = []
@@ -75,6 +78,8 @@ class OwnSet:
             problems.append(f"name: {self.name!r} is no name: letters, digits, '_', '.', '-'")
         elif self.name.split(".")[0] in RESERVED:  # `repal.x`: git's copy of the scores nests it
             problems.append(f"name: {self.name!r} is, or begins, a key of every metrics file")
+        if self.kind == "retrieval" and self.dev is not None:
+            problems.append("dev: a retrieval set is not selected on (train.selection): drop it")
         for key in ("path", "dev"):
             value = getattr(self, key)
             inside = value is not None and Path(value).parts[:2] == tuple(OWN_FOLDER.split("/"))
@@ -99,7 +104,7 @@ class OwnConfig:
 # The keys a metrics file holds beside its scores, no set's name: its wall time, the datasets
 # skipped and each refinement's scores (spelled here, so that training, which reads eval.own for
 # train.selection, does not depend on the refinements' code; a test checks the registry's names).
-RESERVED = (SECONDS, SKIPPED, "repal", "whitening")
+RESERVED = (SECONDS, SKIPPED, "avg", "repal", "whitening")  # avg: every other suite's average
 
 
 def _text(row: Mapping[str, Any], column: str, where: str, param: str) -> str:
@@ -128,6 +133,10 @@ def read_sts_pairs(path: Path, param: str) -> PairSet:
         pairs.scores.append(_score(row["score"], where, param))
     if len(pairs) < 3:
         raise DataFormatError(f"{path}: {len(pairs)} pairs; a rank correlation needs 3 ({param})")
+    if len(set(pairs.scores)) == 1:
+        raise DataFormatError(
+            f"{path}: every score is {pairs.scores[0]:g}; a rank correlation needs two ({param})"
+        )
     return pairs
 
 
@@ -174,8 +183,8 @@ class RetrievalSet:
 
 def _by_id(path: Path, param: str, title: bool) -> dict[str, str]:
     texts: dict[str, str] = {}
-    columns = ("_id", "text")
-    for where, row in read_rows(path, columns, param):
+    optional = ("title",) if title else ()
+    for where, row in read_rows(path, ("_id", "text"), param, optional):
         key = str(row["_id"])
         if key in texts:
             raise DataFormatError(f"{where}: the _id {key!r} is given twice ({param})")
@@ -207,6 +216,13 @@ def read_beir(folder: Path, split: str, param: str) -> RetrievalSet:
     return RetrievalSet(documents, {q: queries[q] for q in queries if q in relevant}, relevant)
 
 
+def cosines(rows: Embeddings, query: Embeddings) -> np.ndarray:
+    """The cosine of each of unit-length `rows` with the one unit-length row `query`, dense or
+    sparse (TF-IDF)."""
+    scores = rows @ query.T
+    return np.asarray(scores.toarray() if sp.issparse(scores) else scores).ravel()
+
+
 def reranking_items(
     samples: Sequence[RerankingSample], encoder: SentenceEncoder, batch_size: int
 ) -> dict[str, np.ndarray]:
@@ -216,11 +232,11 @@ def reranking_items(
 
     texts = [t for s in samples for t in (s.query, *s.positive, *s.negative)]
     vectors, row = embed(encoder, texts, batch_size)
-    vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    vectors = normalize(vectors)
     ap, rr = [], []
     for sample in samples:
         docs = [*sample.positive, *sample.negative]
-        scores = vectors[[row[d] for d in docs]] @ vectors[row[sample.query]]
+        scores = cosines(vectors[[row[d] for d in docs]], vectors[[row[sample.query]]])
         relevant = np.array([1] * len(sample.positive) + [0] * len(sample.negative))
         top = np.argsort(-scores, kind="stable")[:MRR_AT]
         hits = np.flatnonzero(relevant[top])
@@ -236,7 +252,7 @@ def retrieval_items(
     by document id, as `InformationRetrievalEvaluator` computes them."""
     ids = list(data.documents)
     vectors, row = embed(encoder, [*data.documents.values(), *data.queries.values()], batch_size)
-    vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    vectors = normalize(vectors)
     docs = vectors[[row[data.documents[i]] for i in ids]]
     rank_of_id = np.argsort(np.argsort(np.array(ids, dtype=object), kind="stable"))
     depth = max(NDCG_AT, MRR_AT, RECALL_AT)
@@ -246,7 +262,7 @@ def retrieval_items(
         f"recall@{RECALL_AT}": [],
     }
     for query, text in data.queries.items():
-        scores = docs @ vectors[row[text]]
+        scores = cosines(docs, vectors[[row[text]]])
         order = np.lexsort((rank_of_id, -scores))[:depth]  # by score, then by id
         hit = np.zeros(depth)  # past the last document: no hit
         hit[: len(order)] = [ids[i] in data.relevant[query] for i in order]
@@ -297,8 +313,6 @@ class OwnEvaluator(Evaluator):
         if self.split == "dev":
             if own.dev is None:
                 raise DataFormatError(f"eval.own[{index}].dev: {own.name} has no dev split")
-            if own.kind == "retrieval":
-                return self.repo / own.path, own.dev, f"eval.own[{index}].dev"
             return self.repo / own.dev, "", f"eval.own[{index}].dev"
         return self.repo / own.path, "test", f"eval.own[{index}].path"
 

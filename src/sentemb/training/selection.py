@@ -77,7 +77,7 @@ def _own(name: str, params: dict[str, Any], data: Path, batch_size: int, repo: P
             f"train.selection: {name!r} is an eval.own set of kind {entry.kind}; a model is "
             f"selected on one of kind {' or '.join(SELECTABLE)}"
         )
-    if entry.dev is None or entry.dev == entry.path:
+    if entry.dev is None or Path(entry.dev) == Path(entry.path):  # `./data/own/x` too
         raise ConfigError(
             f"train.selection: {name!r} needs a dev split apart from its test file: give "
             f"eval.own[{index}].dev, a file under data/own/ (the test file is its path)"
