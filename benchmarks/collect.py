@@ -32,7 +32,7 @@ def machine() -> dict[str, Any]:
     bf16 ones (AVX512-BF16, AMX: bf16 autocast is emulated without), cores and torch version."""
     import torch
 
-    from sentemb.encoder import native_bf16
+    from sentemb.precision import native_bf16
 
     return {
         "cpu": cpu_name(),

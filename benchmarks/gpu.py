@@ -63,9 +63,10 @@ from train_step import (
 )
 
 from sentemb.config import load_params, section
-from sentemb.encoder import Encoder, autocast_dtype
+from sentemb.encoder import Encoder
 from sentemb.model_config import ModelConfig
 from sentemb.model_files import resolve_model
+from sentemb.precision import autocast_dtype
 from sentemb.registry import METHODS
 from sentemb.training.config import TrainConfig
 from sentemb.training.data import training_dataset

@@ -48,12 +48,13 @@ from transformers import TrainerCallback
 
 from sentemb.config import load_params, section
 from sentemb.data.readers import read_corpus
-from sentemb.encoder import Encoder, autocast_dtype
+from sentemb.encoder import Encoder
 from sentemb.losses import method_loss
 from sentemb.methods.paser import PaSeRConfig
 from sentemb.model_config import ModelConfig
 from sentemb.model_files import resolve_model
 from sentemb.phrases import PhrasesConfig, extract, read_phrase_spans
+from sentemb.precision import autocast_dtype
 from sentemb.registry import METHODS
 from sentemb.st_model import st_model
 from sentemb.training.config import TrainConfig

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from sentemb import encoder as encoder_module
 from sentemb import model_files
 from sentemb.config import ConfigError, section
-from sentemb.encoder import Encoder, autocast_dtype
+from sentemb.encoder import Encoder
+from sentemb.model_checks import check_pooling
 from sentemb.model_config import DEFAULT_MODEL, ModelConfig
 from sentemb.model_files import (
     POOLER_FILE,
@@ -61,17 +61,17 @@ def test_a_pooler_is_checked_against_the_backbone_under_the_param_that_chose_it(
     tiny_encoder: Encoder, tiny_model_dir: Path
 ) -> None:
     without_layer = torch.nn.Linear(2, 2)  # no `pooler` attribute, like DistilBERT's backbone
-    assert tiny_encoder.check_pooling("cls", "train.pooler") == "cls"
+    assert check_pooling(tiny_encoder, "cls", "train.pooler") == "cls"
     assert check_pooler("auto", "model.pooler", auto=True) == "auto"
     no_layer = copy.deepcopy(tiny_encoder)
     no_layer.backbone.pooler = None
-    assert no_layer.check_pooling("mean", "train.pooler") == "mean"
+    assert check_pooling(no_layer, "mean", "train.pooler") == "mean"
     message = (
         r"^train\.eval_pooler: 'cls' needs a backbone with a pooler layer; model\.name_or_path: "
         rf"{tiny_model_dir} \(BertModel\) has none; cls_before_pooler reads \[CLS\] without one"
     )
     with pytest.raises(ConfigError, match=message):
-        no_layer.check_pooling("cls", "train.eval_pooler")
+        check_pooling(no_layer, "cls", "train.eval_pooler")
     with pytest.raises(ConfigError, match=r"^pooler: 'cls' needs a backbone with a pooler layer"):
         Encoder(without_layer, tiny_encoder.tokenizer, "cls")
     with pytest.raises(ConfigError, match=r"^dclr\.complementary_pooler: 'max' is not one of \["):
@@ -223,47 +223,6 @@ def test_positions_leave_out_those_a_roberta_reserves(tiny_model_dir: Path) -> N
     assert encoder.positions == encoder.max_length == 18
     vectors = encoder.encode(["word " * 100], show_progress=False)  # cut to 18: no IndexError
     assert vectors.shape == (1, 8)
-
-
-@pytest.mark.parametrize(
-    ("machine", "probes", "native"),
-    [
-        ("x86_64", {"_is_avx512_bf16_supported": True, "_is_amx_tile_supported": False}, True),
-        ("x86_64", {"_is_avx512_bf16_supported": False, "_is_amx_tile_supported": True}, True),
-        ("AMD64", {"_is_avx512_bf16_supported": False, "_is_amx_tile_supported": False}, False),
-        ("x86_64", {}, True),  # a torch without the probes: assumed, as before
-        ("aarch64", {"_is_avx512_bf16_supported": False, "_is_amx_tile_supported": False}, True),
-    ],
-)
-def test_native_bf16_reads_the_cpu(
-    monkeypatch: pytest.MonkeyPatch, machine: str, probes: dict[str, bool], native: bool
-) -> None:
-    """x86 without AVX512-BF16 or AMX emulates bf16 (a training step 26x fp32's time on an
-    AVX2-only AMD EPYC); no other CPU was measured, so it keeps bf16."""
-    monkeypatch.setattr(encoder_module.platform, "machine", lambda: machine)
-    for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
-        if probe in probes:
-            monkeypatch.setattr(torch.cpu, probe, lambda value=probes[probe]: value, raising=False)
-        else:
-            monkeypatch.delattr(torch.cpu, probe, raising=False)
-    assert encoder_module.native_bf16.__wrapped__() is native
-
-
-@pytest.mark.parametrize(
-    ("precision", "native", "expected"),
-    [
-        ("auto", True, torch.bfloat16),
-        ("auto", False, None),  # emulated bf16 would be slower than fp32
-        ("bf16", False, torch.bfloat16),  # asked for: kept
-        ("fp16", True, torch.float16),
-        ("fp32", True, None),
-    ],
-)
-def test_auto_precision_on_cpu_is_bf16_only_where_native(
-    monkeypatch: pytest.MonkeyPatch, precision: str, native: bool, expected: torch.dtype | None
-) -> None:
-    monkeypatch.setattr(encoder_module, "native_bf16", lambda: native)
-    assert autocast_dtype(precision, torch.device("cpu")) == expected
 
 
 def test_precision_param_and_bf16_encoding(tiny_encoder: Encoder) -> None:

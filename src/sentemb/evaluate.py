@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 
 from sentemb.config import ConfigError, section
-from sentemb.encoder import model_identity
 from sentemb.evaluation.base import (
     CHINESE,
     ENGLISH,
@@ -34,6 +33,7 @@ from sentemb.evaluation.base import (
 )
 from sentemb.evaluation.chinese import ChineseConfig
 from sentemb.evaluation.encoders import load_encoder, model_names
+from sentemb.identity import model_identity
 from sentemb.model_config import ModelConfig
 from sentemb.refine.store import load_refinement
 from sentemb.refine.wrap import refinements

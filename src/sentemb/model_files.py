@@ -58,7 +58,7 @@ def hidden_layers(name_or_path: str, trust_remote_code: bool, param: str) -> int
     config alone: no weights are loaded."""
     from transformers import AutoConfig
 
-    from sentemb.encoder import loading_errors
+    from sentemb.model_checks import loading_errors
 
     path = resolve_model(name_or_path, param)
     if Path(path).is_dir():

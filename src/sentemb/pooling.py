@@ -61,7 +61,7 @@ POOLERS: dict[str, Pooler] = {
 def check_pooler(pooler: str, param: str, auto: bool = False) -> str:
     """`pooler` when `POOLERS` registers it (or it is `auto`, the model's own pooling, where
     `auto` allows that); else a `ConfigError` naming `param`. Whether a model can pool with it
-    is `Encoder.check_pooling`."""
+    is `model_checks.check_pooling`."""
     allowed = ["auto", *POOLERS] if auto else list(POOLERS)
     if pooler not in allowed:
         raise ConfigError(f"{param}: {pooler!r} is not one of {allowed}")

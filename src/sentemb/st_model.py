@@ -74,7 +74,12 @@ def st_model(
     from transformers import AutoConfig
     from transformers.utils import logging as transformers_logging
 
-    from sentemb.encoder import ENCODER_DECODER, check_vocabulary, loading_errors, pad_tokenizer
+    from sentemb.model_checks import (
+        ENCODER_DECODER,
+        check_vocabulary,
+        loading_errors,
+        pad_tokenizer,
+    )
 
     if not sys.stderr.isatty():  # their bars (loading weights, writing them) garble a log file
         transformers_logging.disable_progress_bar()

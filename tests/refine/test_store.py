@@ -15,8 +15,9 @@ from safetensors.numpy import load_file, save_file
 from toy_refine import IDF, TOY, toy_dev, toy_parts
 
 from sentemb.config import ConfigError
-from sentemb.encoder import Encoder, ModelIdentity, model_identity
+from sentemb.encoder import Encoder
 from sentemb.evaluation.base import SentenceEncoder
+from sentemb.identity import ModelIdentity, model_identity
 from sentemb.refine.base import CHINESE, ENGLISH, ENGLISH_SCOPE, RefinementMismatch
 from sentemb.refine.config import RefineConfig
 from sentemb.refine.fit import fit_scope

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from sentemb.data.readers import PairSet
-from sentemb.encoder import ModelIdentity
+from sentemb.identity import ModelIdentity
 from sentemb.phrases import IdfTable
 from sentemb.refine.base import Context, Refinement
 from sentemb.refine.config import RefineConfig

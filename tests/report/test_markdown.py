@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sentemb import encoder
+from sentemb import precision
 from sentemb.config import load_params
 from sentemb.report.markdown import markdown, protocol, spread, suite_table
 
@@ -104,7 +104,7 @@ def test_the_protocol_says_the_precision_each_part_ran_in(
     """`auto` is bf16 or fp32 by the CPU (fp16 on a GPU without bf16): the report says what
     training ran in (its train.json) and what encoding runs in here, and calls bf16 a
     deviation only where it ran."""
-    monkeypatch.setattr(encoder, "native_bf16", lambda: native)
+    monkeypatch.setattr(precision, "native_bf16", lambda: native)
     params = load_params(ROOT / "params.yaml")
     params["model"]["precision"] = encoding
     choices, deviations = protocol(params, 11_915, "corpus", trained_in)

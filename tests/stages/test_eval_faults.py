@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from sentemb.data.sources import DATASETS
-from sentemb.encoder import Encoder, model_identity
+from sentemb.encoder import Encoder
+from sentemb.identity import model_identity
 from sentemb.refine.base import CHINESE, CHINESE_SCOPE, ENGLISH, ENGLISH_SCOPE, Fitted
 from sentemb.refine.config import RefineConfig
 from sentemb.refine.repal import RepALConfig, RepALFit

@@ -272,7 +272,7 @@ def test_tokenizer_without_pad_token_pads_with_a_defined_one(
 ) -> None:
     """It pads with [SEP] on the right: a sentence's vector is the same alone or in a batch."""
     folder = no_pad_copy(tiny_model_dir, tmp_path / "model")
-    with caplog.at_level(logging.WARNING, logger="sentemb.encoder"):
+    with caplog.at_level(logging.WARNING, logger="sentemb.model_checks"):
         encoder = Encoder.from_pretrained(str(folder), pooler)
     assert (encoder.tokenizer.pad_token, encoder.tokenizer.padding_side) == ("[SEP]", "right")
     assert f"model.name_or_path: the tokenizer of {folder} has no pad token" in caplog.text

@@ -12,8 +12,8 @@ import yaml
 
 from sentemb import tracking
 from sentemb.config import read_yaml
-from sentemb.encoder import precision_used
 from sentemb.evaluation.base import spearman
+from sentemb.precision import precision_used
 from sentemb.registry import REFINEMENTS, SUITES
 
 from support.stages import last_error, run_stage, tiny_training, train_args, write_params

@@ -20,7 +20,7 @@ import torch
 import yaml
 from safetensors.torch import load_file, save_file
 
-from sentemb.encoder import native_bf16
+from sentemb.precision import native_bf16
 from sentemb.training.checkpoint import LOCK_FILE, STATE_FILE
 
 from support import REPO

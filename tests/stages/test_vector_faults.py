@@ -179,9 +179,9 @@ def test_each_architecture_with_each_pooler(
             load()
         assert f"model.name_or_path: {folder}{outcome[1]}" in str(refused.value)
         return
-    with caplog.at_level(logging.WARNING, logger="sentemb.encoder"):
+    with caplog.at_level(logging.WARNING, logger="sentemb.model_checks"):
         encoder = load()
-    warned = [r.getMessage() for r in caplog.records if r.name == "sentemb.encoder"]
+    warned = [r.getMessage() for r in caplog.records if r.name == "sentemb.model_checks"]
     if outcome is None:
         assert warned == [] and encoder.suspects(non_finite=False) == []
     else:
@@ -296,11 +296,11 @@ def test_a_doubtful_pair_is_a_warning_and_is_scored(
     model = models[architecture]
     done = run("evaluate", tmp_path, data_root, stage_env, model, pooler, **SMALL)
     assert done.returncode == 0, done.stderr[-3000:]
-    warnings = [line for line in done.stderr.splitlines() if "WARNING sentemb.encoder" in line]
+    warnings = [line for line in done.stderr.splitlines() if "WARNING sentemb.model_checks" in line]
     doubt = expected(architecture, pooler, "model.pooler")
     assert len(warnings) == int(doubt is not None)
     if doubt is not None:
-        assert f"WARNING sentemb.encoder: {doubt[1]}{model} " in warnings[0]
+        assert f"WARNING sentemb.model_checks: {doubt[1]}{model} " in warnings[0]
     assert (tmp_path / "out" / "sts.json").is_file()
 
 

@@ -19,7 +19,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from sentemb import encoder
+from sentemb import precision
 from sentemb.config import ConfigError, from_dict, parse_spec, section
 from sentemb.evaluation.base import UnusableVectors
 from sentemb.io import CheckpointError
@@ -67,7 +67,7 @@ def test_non_finite_loss_or_gradient_stops_at_its_step(
     likely params (`auto` precision among them: bf16 autocast here, as on a CPU with bf16
     instructions); the step's update is skipped (fused AdamW, on the device) or never made
     (unfused, read at once), the step-4 checkpoint kept, no output."""
-    monkeypatch.setattr(encoder, "native_bf16", lambda: True)
+    monkeypatch.setattr(precision, "native_bf16", lambda: True)
     job = make_job(tiny_model_dir, "simcse", tmp_path / "ck", precision="auto", fused_adamw=fused)
     forward, first = job.loss.forward, next(p for p in job.loss.parameters() if p.requires_grad)
     updated: list[torch.Tensor] = []

@@ -15,7 +15,6 @@ import numpy as np
 
 from sentemb.config import section
 from sentemb.data.readers import PairSet, read_chinese, read_corpus, read_stsb
-from sentemb.encoder import ModelIdentity, model_identity
 from sentemb.evaluation.base import (
     CachedEncoder,
     SentenceEncoder,
@@ -32,6 +31,7 @@ from sentemb.evaluation.chinese import ChineseConfig, ChineseEvaluator, dataset_
 from sentemb.evaluation.encoders import load_encoder
 from sentemb.evaluation.retrieval import CHINESE_PAIR_SETS, RetrievalConfig
 from sentemb.evaluation.sts import cosine_scores
+from sentemb.identity import ModelIdentity, model_identity
 from sentemb.model_config import ModelConfig
 from sentemb.phrases import IdfTable, read_idf
 from sentemb.refine.base import (

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from sentemb.config import ConfigError, from_dict
-from sentemb.encoder import ModelIdentity
+from sentemb.identity import ModelIdentity
 from sentemb.io import atomic_path
 from sentemb.phrases import IDF_FILE, IdfTable, read_idf, write_idf
 from sentemb.refine.base import Fitted, RefinementMismatch

@@ -35,7 +35,7 @@ def protocol(
     the CPU: its `auto` is resolved here, on the host that runs the pipeline's last stage."""
     import torch  # not at import: `compare` and the leaderboard print reports without it
 
-    from sentemb.encoder import precision_used
+    from sentemb.precision import precision_used
 
     model = section(params, "model", ModelConfig)
     train = section(params, "train", TrainConfig)

@@ -24,15 +24,18 @@ import torch.distributed as dist
 
 from sentemb.config import SEEDS, ConfigError, parse_spec, run_plan, section
 from sentemb.data.readers import DataFormatError, read_corpus, read_stsb
-from sentemb.encoder import Encoder, autocast_dtype, model_identity, precision_used
+from sentemb.encoder import Encoder
 from sentemb.evaluation.base import distinct, probe, scoring
+from sentemb.identity import model_identity
 from sentemb.io import atomic_path
 from sentemb.losses import MethodLoss, contrastive, method_loss
 from sentemb.methods.paser import PaSeRConfig
+from sentemb.model_checks import check_length
 from sentemb.model_config import ModelConfig
 from sentemb.model_files import hidden_layers
 from sentemb.phrases import PhrasesConfig, read_phrase_spans
 from sentemb.pooling import POOLERS, check_pooler
+from sentemb.precision import autocast_dtype, precision_used
 from sentemb.registry import METHODS
 from sentemb.st_model import st_model
 from sentemb.training.checkpoint import (
@@ -404,7 +407,7 @@ def prepare(
         name=model_config.name_or_path,
         param="model.name_or_path",
     )
-    encoder.check_length(config.max_length, "train.max_length")
+    check_length(encoder, config.max_length, "train.max_length")
     weights = model_identity(model_config.name_or_path, encoder).sha256
     loss = method_loss(spec, model, params, seed=seed, mlp_head=config.mlp_head)
     probe_dev_vectors(encoder, config.eval_pooler, data, model_config.batch_size)
