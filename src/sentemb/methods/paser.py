@@ -26,13 +26,19 @@ from typing import TYPE_CHECKING, Annotated
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import Tensor, nn
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase
 
 from sentemb.config import ConfigError, Count, NonNegative, Range
 from sentemb.data.augment import EDA, EDA_OPERATIONS
 from sentemb.methods.base import Method, Objective, TrainState, Views
+from sentemb.methods.paser_decoder import (
+    DECODER_DIR,
+    DecoderConfig,
+    MLMHead,
+    PhraseDecoder,
+)
 from sentemb.phrases import Extractor, PhrasesConfig, nltk_stopwords
 from sentemb.registry import register_method
 
@@ -40,8 +46,6 @@ if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
     from sentemb.training.config import TrainConfig
-
-DECODER_DIR = "paser_decoder"
 
 
 @dataclass
@@ -138,105 +142,6 @@ def generative_loss(logits: Tensor, targets: Tensor, sentences: int | Tensor) ->
     `logits` (N, vocab) and `targets` (N,) are the N target tokens of the batch (no padding).
     """
     return F.cross_entropy(logits, targets, reduction="sum") / sentences
-
-
-@dataclass
-class DecoderConfig:
-    """The shape of the phrase decoder, saved beside the model for inspection."""
-
-    dim: int
-    heads: int
-    feedforward: int
-    layers: int
-    dropout: float
-    max_positions: int
-    vocab: int
-    m: float
-    n: float
-    bos: int
-    eos: int
-    pad: int
-
-
-class PhraseDecoder(nn.Module):
-    """A randomly initialised Transformer decoder over the signal of eq. 2 (§3.2.3).
-
-    Token embeddings and the output projection are the encoder's word embeddings (passed in at
-    call time, so they are trained and saved once, with the encoder); positions are its own.
-    """
-
-    def __init__(self, config: DecoderConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.positions = nn.Embedding(config.max_positions, config.dim)
-        self.norm = nn.LayerNorm(config.dim)
-        layer = nn.TransformerDecoderLayer(
-            config.dim,
-            config.heads,
-            config.feedforward,
-            config.dropout,
-            activation="gelu",
-            batch_first=True,
-        )
-        self.layers = nn.TransformerDecoder(layer, config.layers)
-        self.bias = nn.Parameter(torch.zeros(config.vocab))
-
-    def forward(self, signal: Tensor, inputs: Tensor, embeddings: nn.Embedding) -> Tensor:
-        """Hidden states for every position of `inputs` (teacher forcing); see `logits`."""
-        length = inputs.shape[1]
-        positions = torch.arange(length, device=inputs.device)
-        x = self.norm(embeddings(inputs) + self.positions(positions))
-        causal = torch.ones(length, length, dtype=torch.bool, device=inputs.device).triu(1)
-        hidden = self.layers(
-            x,
-            signal.to(x.dtype),
-            tgt_mask=causal,
-            tgt_key_padding_mask=inputs == self.config.pad,
-            tgt_is_causal=True,
-        )
-        return hidden
-
-    def logits(self, hidden: Tensor, embeddings: nn.Embedding) -> Tensor:
-        """Next-token logits via the tied embeddings; callers pass only the real target tokens."""
-        return F.linear(hidden, embeddings.weight, self.bias)
-
-    @torch.inference_mode()
-    def generate(self, signal: Tensor, embeddings: nn.Embedding, phrases: int) -> list[int]:
-        """Greedy decoding of one sentence's `phrases` masked phrases (no teacher forcing)."""
-        tokens = [self.config.bos]
-        while len(tokens) < self.config.max_positions:
-            hidden = self(signal[None], torch.tensor([tokens], device=signal.device), embeddings)
-            tokens.append(int(self.logits(hidden[0, -1], embeddings).argmax()))
-            if tokens.count(self.config.eos) == phrases:
-                break
-        return tokens[1:]
-
-
-class MLMHead(nn.Module):
-    """BERT's MLM prediction head (dense, GELU, LayerNorm, tied output), freshly initialised."""
-
-    def __init__(self, dim: int, vocab: int, eps: float) -> None:
-        super().__init__()
-        self.dense = nn.Linear(dim, dim)
-        self.norm = nn.LayerNorm(dim, eps=eps)
-        self.bias = nn.Parameter(torch.zeros(vocab))
-
-    def forward(self, hidden: Tensor, embeddings: nn.Embedding) -> Tensor:
-        return F.linear(self.norm(F.gelu(self.dense(hidden))), embeddings.weight, self.bias)
-
-
-def decoder_targets(
-    copies: Sequence[MaskedCopy], bos: int, eos: int, pad: int, limit: int
-) -> tuple[Tensor, Tensor]:
-    """Teacher-forcing inputs ([BOS] t_1 ... ) and targets (t_1 ... [EOS]), padded with `pad`."""
-    rows = [[t for phrase in c.targets for t in (*phrase, eos)][:limit] for c in copies]
-    width = max((len(r) for r in rows), default=0)
-    inputs = torch.full((len(rows), width), pad)
-    targets = torch.full((len(rows), width), pad)
-    for i, row in enumerate(rows):
-        inputs[i, : len(row)] = torch.tensor([bos, *row[:-1]])
-        targets[i, : len(row)] = torch.tensor(row)
-    return inputs, targets
 
 
 class PaSeRInputs:
@@ -456,10 +361,15 @@ def global_count(count: int, device: torch.device) -> tuple[Tensor | int, int]:
     return total, dist.get_world_size()
 
 
-def load_decoder(folder: Path) -> tuple[PhraseDecoder, int]:
-    """The decoder saved with a PaSeR-trained model, and its number of masked phrases."""
-    config = json.loads((folder / DECODER_DIR / "config.json").read_text())
-    mask_phrases = config.pop("mask_phrases")
-    decoder = PhraseDecoder(DecoderConfig(**config))
-    decoder.load_state_dict(load_file(folder / DECODER_DIR / "model.safetensors"))
-    return decoder.eval(), mask_phrases
+def decoder_targets(
+    copies: Sequence[MaskedCopy], bos: int, eos: int, pad: int, limit: int
+) -> tuple[Tensor, Tensor]:
+    """Teacher-forcing inputs ([BOS] t_1 ... ) and targets (t_1 ... [EOS]), padded with `pad`."""
+    rows = [[t for phrase in c.targets for t in (*phrase, eos)][:limit] for c in copies]
+    width = max((len(r) for r in rows), default=0)
+    inputs = torch.full((len(rows), width), pad)
+    targets = torch.full((len(rows), width), pad)
+    for i, row in enumerate(rows):
+        inputs[i, : len(row)] = torch.tensor([bos, *row[:-1]])
+        targets[i, : len(row)] = torch.tensor(row)
+    return inputs, targets
