@@ -58,9 +58,9 @@ from sentemb.precision import autocast_dtype
 from sentemb.registry import METHODS
 from sentemb.st_model import st_model
 from sentemb.training.config import TrainConfig
+from sentemb.training.processes import pick_device
 from sentemb.training.run import TrainingJob
 from sentemb.training.selection import Selection
-from sentemb.training.trainer import pick_device
 
 ROOT = Path(__file__).resolve().parents[1]
 WARMUP = 2

@@ -31,7 +31,8 @@ from sentemb.io import check_folder, check_output, write_json
 from sentemb.report.plots import save, training_curves
 from sentemb.tracking import mlflow_run
 from sentemb.training.config import TrainConfig
-from sentemb.training.run import check_params, one_gpu, prepare, torchrun
+from sentemb.training.processes import one_gpu, torchrun
+from sentemb.training.run import check_params, prepare
 
 log = logging.getLogger("train")
 PLOTS = ("dev_curve.json", "loss_curve.json", "train_curves.png")  # written into --plots

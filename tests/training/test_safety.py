@@ -31,8 +31,8 @@ from sentemb.training.checkpoint import (
     latest_checkpoint,
 )
 from sentemb.training.config import TrainConfig
-from sentemb.training.run import one_gpu
-from sentemb.training.trainer import ONE_GPU, DivergenceError, check_run, pick_device
+from sentemb.training.processes import ONE_GPU, one_gpu, pick_device
+from sentemb.training.trainer import DivergenceError, check_run
 
 from support.training import hold_checkpoints, make_job
 

@@ -21,7 +21,7 @@ from sentemb.encoder import Encoder
 from sentemb.io import CheckpointError
 from sentemb.registry import METHODS
 from sentemb.training.checkpoint import STATE_FILE, latest_checkpoint
-from sentemb.training.run import torchrun_command
+from sentemb.training.processes import torchrun_command
 
 from support.training import TESTS, make_job, probe
 

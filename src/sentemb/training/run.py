@@ -10,16 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
-import os
 import shutil
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
-import torch
 import torch.distributed as dist
 
 from sentemb.config import SEEDS, ConfigError, parse_spec, run_plan, section
@@ -34,10 +30,11 @@ from sentemb.model_checks import check_length
 from sentemb.model_config import ModelConfig
 from sentemb.model_files import hidden_layers
 from sentemb.phrases import PhrasesConfig, read_phrase_spans
-from sentemb.pooling import POOLERS, check_pooler
+from sentemb.pooling import check_pooler
 from sentemb.precision import autocast_dtype, precision_used
 from sentemb.registry import METHODS
 from sentemb.st_model import st_model
+from sentemb.training.build import build_trainer
 from sentemb.training.checkpoint import (
     exclusive,
     explain_fresh_start,
@@ -48,19 +45,10 @@ from sentemb.training.checkpoint import (
     source_hash,
 )
 from sentemb.training.config import TrainConfig
-from sentemb.training.data import Collator, training_dataset
 from sentemb.training.modelcard import CardInfo, write_model_card
+from sentemb.training.processes import pick_device, process_count, process_rank
 from sentemb.training.selection import Selection, selection_of
-from sentemb.training.trainer import (
-    ONE_GPU,
-    DevScore,
-    RunCallback,
-    RunHooks,
-    Trainer,
-    TrainResult,
-    check_run,
-    pick_device,
-)
+from sentemb.training.trainer import RunHooks, TrainResult, check_run
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -231,101 +219,6 @@ def tidy(run_dir: Path) -> None:
         shutil.rmtree(run_dir)
 
 
-def process_rank() -> int:
-    """This process's rank under torchrun (0 alone)."""
-    return int(os.environ.get("RANK", "0"))
-
-
-def process_count() -> int:
-    """The processes of the run under torchrun (1 alone)."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
-def build_trainer(
-    job: TrainingJob,
-    run_dir: Path,
-    hooks: RunHooks,
-    resume: Path | None,
-    world: int,
-    callbacks: Sequence[TrainerCallback] = (),
-) -> Trainer:
-    """sentence-transformers' trainer for `job`, its flags from params section `train`: the
-    device, bf16/fp16 (`train.precision`), fused AdamW, torch.compile (`auto`: on CUDA), data
-    loader workers with pinned memory (`auto`: 4 per GPU, none on the CPU), clipping, a log
-    every `log_steps`, a dev score every `eval_steps`; the trainer's per-step NaN filter off."""
-    from sentence_transformers import SentenceTransformerTrainingArguments
-    from transformers import PrinterCallback
-
-    config = job.config
-    device = pick_device(config.device, process_rank())
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    dtype = autocast_dtype(config.precision, device)
-    cuda = device.type == "cuda"
-    compiled = cuda if config.compile == "auto" else config.compile
-    workers = min(4, (os.cpu_count() or 1) // world) if config.workers == "auto" and cuda else 0
-    workers = workers if config.workers == "auto" else config.workers
-    job.loss.total_steps = config.steps(len(job.sentences))
-    pooler_layer = getattr(job.model[0].auto_model, "pooler", None)
-    if pooler_layer is not None and not POOLERS[config.pooler].dense:
-        pooler_layer.requires_grad_(
-            False
-        )  # computed, never pooled: DDP expects every weight to learn
-    inputs = job.loss.batch_inputs()
-    tokenizer = job.model.tokenizer
-    data = training_dataset(
-        job.sentences, tokenizer, config.max_length, job.phrases, keep_text=bool(inputs)
-    )
-    collate = Collator(
-        tokenizer.pad_token_id, config.max_length if compiled else None, inputs, job.seed
-    )
-    args = SentenceTransformerTrainingArguments(
-        output_dir=str(run_dir),
-        per_device_train_batch_size=config.batch_size // world,
-        learning_rate=config.learning_rate,
-        weight_decay=config.weight_decay,
-        warmup_steps=config.warmup_steps,
-        lr_scheduler_type="linear",
-        num_train_epochs=config.epochs,
-        max_steps=config.max_steps or -1,
-        max_grad_norm=config.max_grad_norm or math.inf,
-        optim="adamw_torch_fused" if config.fused_adamw else "adamw_torch",
-        bf16=dtype == torch.bfloat16,
-        fp16=dtype == torch.float16,
-        use_cpu=not cuda,
-        torch_compile=compiled,
-        logging_strategy="steps",
-        logging_steps=config.log_steps,
-        logging_nan_inf_filter=False,
-        eval_strategy="steps",
-        eval_steps=config.eval_steps,
-        save_strategy="no",  # the callback saves by wall time (train.checkpoint_minutes)
-        save_total_limit=2,  # the newest complete one survives a kill while writing the next
-        seed=job.seed,
-        data_seed=job.seed,
-        dataloader_num_workers=workers,
-        dataloader_pin_memory=cuda,
-        dataloader_drop_last=True,
-        accelerator_config={"non_blocking": cuda},
-        ddp_find_unused_parameters=False,
-        report_to="none",
-        disable_tqdm=not sys.stderr.isatty(),
-    )
-    callback = RunCallback(hooks, config, resume)
-    trainer = Trainer(
-        model=job.model,
-        args=args,
-        train_dataset=data,
-        loss=job.loss,
-        evaluator=DevScore(callback.score),
-        data_collator=collate,
-        callbacks=[callback, *callbacks],
-    )
-    trainer.remove_callback(PrinterCallback)  # the callback logs each logged step as a line
-    callback.trainer = trainer
-    return trainer
-
-
 def probe_dev_vectors(encoder: Encoder, pooler: str, data: Path, batch_size: int) -> None:
     """Refuse, naming the model, an untrained model whose vectors of a handful of STS-B dev
     sentences with `pooler` (the evaluation pooler) cannot be scored (`probe`): its dev score,
@@ -474,37 +367,3 @@ def paser_phrases(
         f"sentences; the training corpus has {len(set(sentences))}, and {example}); rerun the "
         "phrases stage on the training corpus (dvc repro phrases)"
     )
-
-
-def one_gpu(params: dict[str, Any]) -> None:
-    """Show a process that trains alone only the GPU `train.device` names (`cuda:N`; `auto` and
-    `cuda`: the first), before torch starts CUDA: the trainer trains on the first GPU it sees
-    and, seeing several, would split each batch across them (DataParallel). `pick_device`
-    then reads that `cuda:N` as the one GPU left (`ONE_GPU`). Under torchrun every process
-    sees every GPU and takes its own."""
-    name = str((params.get("train") or {}).get("device", "auto"))
-    if name == "cpu" or "WORLD_SIZE" in os.environ:
-        return
-    index = int(name[5:]) if name.startswith("cuda:") and name[5:].isdigit() else 0
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    ids = [v for v in visible.split(",") if v] if visible is not None else None
-    if ids is not None and index >= len(ids):
-        return  # pick_device names the devices there are
-    os.environ["CUDA_VISIBLE_DEVICES"] = ids[index] if ids is not None else str(index)
-    os.environ[ONE_GPU] = name
-
-
-def torchrun_command(nproc: int, argv: Sequence[str]) -> list[str]:
-    """`argv` (a script and its arguments) run by `nproc` processes under torchrun, on a free
-    port of this machine (`--standalone`)."""
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    return [*launcher, f"--nproc-per-node={nproc}", *argv]
-
-
-def torchrun(nproc: int) -> NoReturn:
-    """Replace this process by `torchrun_command` running the same command (signals and the
-    exit status are then torchrun's): `train.nproc` launches the processes itself, so DVC
-    records the stage as usual."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execv(sys.executable, torchrun_command(nproc, sys.argv))

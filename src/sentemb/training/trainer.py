@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -105,35 +104,6 @@ def check_run(
             f"train.device: {config.device!r} names one GPU, but {world} processes train, each "
             "on its own; use cuda or auto"
         )
-
-
-ONE_GPU = "SENTEMB_ONE_GPU"  # set by `run.one_gpu` to the `train.device` whose GPU it left visible
-
-
-def pick_device(name: str, rank: int) -> torch.device:
-    """The device `train.device` names for process `rank`; one this machine lacks is an error.
-    A `cuda:N` that `run.one_gpu` left as the one visible GPU is that GPU, `cuda:0`."""
-    if name == "cpu" or (name == "auto" and not torch.cuda.is_available()):
-        return torch.device("cpu")
-    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if count == 0:
-        shown = f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else ""
-        raise ConfigError(
-            f"train.device: {name!r}, but torch {torch.__version__} sees no CUDA device on this "
-            f"machine{shown}; use auto or cpu"
-        )
-    device = torch.device(name if name != "auto" else "cuda")
-    if device.index is None:
-        return torch.device("cuda", rank % count)
-    if os.environ.get(ONE_GPU) == name:
-        return torch.device("cuda", 0)
-    if device.index >= count:
-        raise ConfigError(
-            f"train.device: {name!r}, but this machine has {count} CUDA device(s), "
-            f"cuda:0 to cuda:{count - 1}"
-        )
-    return device
 
 
 def total_norm(tensors: list[torch.Tensor]) -> torch.Tensor:
