@@ -141,13 +141,35 @@ def recorded(root: Path, path: str) -> bool:
 def revision_reader(revision: str, repo: Path = Path(), label: str | None = None) -> Reader:
     """The files of `revision` (a commit, branch or DVC experiment's commit; `label`: how the
     user named it) of the repository at `repo`: committed files from git, DVC outputs from its
-    cache or, where configured, its default remote. One that neither has is an error saying
-    which `dvc` command gets it."""
-    from dvc.api import DVCFileSystem
+    cache or, where configured, its default remote (DVC is opened only for those). One that
+    neither has is an error saying which `dvc` command gets it."""
+    name = label or revision
+    dvc_files: list[Any] = []  # the DVC file system, opened at the first DVC output read
+
+    def from_dvc(path: str) -> bytes:
+        if not dvc_files:
+            from dvc.api import DVCFileSystem
+
+            dvc_files.append(DVCFileSystem(str(repo), rev=revision))
+        try:
+            return dvc_files[0].read_bytes(path)
+        except Exception as err:  # missing from git and the cache, or DVC's own errors
+            raise MissingResults(
+                f"{name}:{path}: not in git, the DVC cache or a remote ({type(err).__name__});"
+                f" {how_to_get(name, repo)}"
+            ) from err
+
+    def read(path: str) -> bytes:
+        shown = subprocess.run(["git", "show", f"{revision}:{path}"], cwd=repo, capture_output=True)
+        return shown.stdout if shown.returncode == 0 else from_dvc(path)
+
+    return read
+
+
+def how_to_get(name: str, repo: Path) -> str:
+    """How a user gets a DVC output of revision `name` that no cache or remote here holds."""
     from dvc.repo import Repo
 
-    fs = DVCFileSystem(str(repo), rev=revision)
-    name = label or revision
     with Repo(str(repo)) as dvc:
         remote = dvc.config["core"].get("remote")
     quoted = shlex.quote(name)
@@ -161,17 +183,7 @@ def revision_reader(revision: str, repo: Path = Path(), label: str | None = None
     get = "no DVC remote is configured here: add the one that holds it (`dvc remote add -d`)"
     if remote:
         get = f"get it from remote {remote!r}: {pull}"
-
-    def read(path: str) -> bytes:
-        try:
-            return fs.read_bytes(path)
-        except Exception as err:  # missing from git and the cache, or DVC's own errors
-            raise MissingResults(
-                f"{name}:{path}: not in git, the DVC cache or a remote ({type(err).__name__});"
-                f" {get}; or {again}"
-            ) from err
-
-    return read
+    return f"{get}; or {again}"
 
 
 def read_json(read: Reader, path: str) -> Any:
