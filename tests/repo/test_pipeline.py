@@ -95,8 +95,9 @@ def used_files(script: Path) -> set[Path]:
         path = todo.pop()
         found: set[Path] = set()
         for read in registries_read(path):
-            folder = SRC / read.package.replace(".", "/")
-            for module in (folder / f"{name}.py" for name in read.names()):
+            for name in read.names():  # a module, or a package (`methods/paser/`)
+                module = module_file(f"{read.package}.{name}")
+                assert module is not None, f"{read.package}.{name}: no source file"
                 found |= {module, *imported_files(module)}
         todo += sorted(found - used)
         used |= found

@@ -33,7 +33,7 @@ from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBas
 from sentemb.config import ConfigError, Count, NonNegative, Range
 from sentemb.data.augment import EDA, EDA_OPERATIONS
 from sentemb.methods.base import Method, Objective, TrainState, Views
-from sentemb.methods.paser_decoder import (
+from sentemb.methods.paser.decoder import (
     DECODER_DIR,
     DecoderConfig,
     MLMHead,
