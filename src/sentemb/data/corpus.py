@@ -134,6 +134,10 @@ class HashStream:
         self.pending = array("Q")
         self.count = 0
 
+    def __len__(self) -> int:
+        """Texts added so far."""
+        return self.count + len(self.pending)
+
     def add(self, text: str) -> None:
         self.pending.append(text_hash(text))
         if len(self.pending) == SPILL:
@@ -164,7 +168,7 @@ def repeats(path: Path, rules: CorpusRules, stats: CorpusStats) -> Repeats:
             records["index"] = np.arange(start, start + len(values), dtype=np.uint64)
             bucket = (values >> np.uint64(56)).astype(np.intp)
             records = records[np.argsort(bucket, kind="stable")]  # by bucket, then text order
-            bounds = np.searchsorted(np.sort(bucket), np.arange(BUCKETS + 1))
+            bounds = np.concatenate(([0], np.cumsum(np.bincount(bucket, minlength=BUCKETS))))
             for b in np.flatnonzero(np.diff(bounds)):
                 with buckets[b].open("ab") as f:
                     records[bounds[b] : bounds[b + 1]].tofile(f)
@@ -202,7 +206,7 @@ def kept_sentences(path: Path, rules: CorpusRules, stats: CorpusStats) -> Iterat
         line = clean(text)
         if not line:
             continue
-        index = stream.count + len(stream.pending)
+        index = len(stream)
         if index == found.count:
             raise changed
         stream.add(line)
