@@ -35,8 +35,8 @@ def cell(result: Mapping[str, Any]) -> list[str]:
 def comparison(
     old: Any, new: Any, results: Mapping[str, Mapping[str, Mapping]], config: Any, tasks: bool
 ) -> str:
-    """`sentemb.compare`'s Markdown: experiment `new` against `old` (both on their shared seeds),
-    a row per suite average (per task with `tasks`), plain and refined."""
+    """`sentemb.review.compare`'s Markdown: experiment `new` against `old` (both on their shared
+    seeds), a row per suite average (per task with `tasks`), plain and refined."""
     seeds = ", ".join(map(str, new.seeds))
     lines = [
         f"### `{old.label}` → `{new.label}`: {old.method} → {new.method} (seeds {seeds})",
@@ -139,8 +139,8 @@ def leaderboard(board: Mapping[str, Any]) -> str:
     ]
     parts = [
         "# Leaderboard",
-        "Each row is one DVC experiment (`python -m sentemb.leaderboard`): suite averages, mean ±"
-        " std over its seeds; STS vs SimCSE: Δ of the STS average and its verdict (paired"
+        "Each row is one DVC experiment (`python -m sentemb.review.leaderboard`): suite averages,"
+        " mean ± std over its seeds; STS vs SimCSE: Δ of the STS average and its verdict (paired"
         " bootstrap over the test pairs and paired t-test over seeds: the bootstrap's interval"
         " decides where there is one, else the t-test; `noise` below `compare.noise`)."
         " Reference rows are single runs of the reference commit.",
