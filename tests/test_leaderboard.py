@@ -319,6 +319,27 @@ def test_git_holds_every_score_a_comparison_reads(tmp_path: Path) -> None:
         committed_files(folder_reader(tmp_path), [1], set(SUITES), missing)
 
 
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda records: [*records, records[0]], r"STSBenchmark: recorded twice$"),
+        (lambda rs: [rs[0] | {"score": float("nan")}, *rs[1:]], "a metric must be a finite number"),
+        (lambda rs: [rs[0] | {"score": True}, *rs[1:]], r"True is not a number; it was damaged$"),
+        (lambda records: {"records": records}, "expected a list of records with"),
+    ],
+)
+def test_a_damaged_score_record_is_one_error(tmp_path: Path, damage, message: str) -> None:
+    """plots/summary/scores.json is checked by the one reader the comparison, the leaderboard
+    and metrics_diff share: a record twice, a score that is no finite number, not a list."""
+    experiment = fake_experiment("simcse", [1], 3)
+    write_experiment(tmp_path, experiment)
+    records = json.loads((tmp_path / SCORES).read_text())
+    records.sort(key=lambda r: r["key"] != "STSBenchmark")  # the first: an STS task's score
+    (tmp_path / SCORES).write_text(json.dumps(damage(records)))
+    with pytest.raises(UserError, match=rf"^{SCORES}: .*{message}"):
+        committed_files(folder_reader(tmp_path), [1], set(SUITES), MissingResults("x"))
+
+
 @pytest.mark.parametrize("remote", [None, "store"])
 @pytest.mark.parametrize("kind", ["revision", "experiment"])
 def test_compare_without_predictions_rests_on_the_seeds_and_says_how_to_get_them(
@@ -385,6 +406,8 @@ def test_leaderboard_merges_the_rows_of_todays_code(repo: Path) -> None:
     assert "dclr at " in done.stderr and "ran other stage code: left out" in done.stderr
     assert "## Left out (rerun them)" in report
     assert "| Retrieval avg | mine | faq |" in report
+    assert "| significant | bootstrap |" in report and "| t-test (seeds) |" in report
+    assert "per-seed scores from git" not in report  # every file was there
     again = python(repo, "sentemb.review.leaderboard")
     assert again.returncode == 0
     assert json.loads((repo / "reports" / "leaderboard.json").read_text()) == board
@@ -408,6 +431,12 @@ def test_leaderboard_builds_from_git_alone(
             assert result["test"] == "seeds" and result["low"] is None
             assert result["p_seeds"] == theirs["versus"][row]["p_seeds"]
     assert rows[0]["trained_on"].endswith("autocast not in git")
+    report = (clone / "reports" / "leaderboard.md").read_text()
+    tests = report.split("## Against SimCSE")[1].split("\n\n")[1].splitlines()[2:]
+    assert tests and all(line.endswith("| t-test (seeds) |") for line in tests)
+    for label in ("simcse", "sscl"):  # where each row's scores came from, and why no bootstrap
+        assert f"- {label}: per-seed scores from git (plots/summary/scores.json)" in report
+        assert f"- {label}: every verdict rests on the t-test over seeds, not the" in report
 
 
 def rebuild(clone: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
@@ -569,12 +598,14 @@ def damaged(board: dict) -> list[tuple[str, str]]:
         ("versus", versus, "difference", None),
         ("versus", versus, "significant", "yes"),
         ("versus", versus, "low", [1.0]),
+        ("versus", versus, "test", "bootstrapp"),  # none of paired.TESTS
     ):
         broken = row | {name: {"sts": entry | {field: value}}}
         problem = f"board.rows[0].{name}.sts.{field}: "
         cases.append((json.dumps(board | {"rows": [broken]}), problem))
     mean_missing = row | {"scores": {"sts": {"std": 0.1, "n": 3}}}
     cases.append((json.dumps(board | {"rows": [mean_missing]}), "rows[0].scores.sts.mean: missing"))
+    cases.append((json.dumps(board | {"rows": [row | {"notes": "x"}]}), "rows[0].notes: "))
     return cases
 
 

@@ -1,8 +1,9 @@
-"""One training step of a tiny job through the trainer, alone or under torchrun: writes the
-loss (averaged over the processes) and every trainable gradient as the optimizer gets it
-(averaged, before clipping), from rank 0, as JSON.
+"""One training step of a tiny job per spec through the trainer, alone or under torchrun:
+writes each spec's loss (averaged over the processes) and every trainable gradient as the
+optimizer gets it (averaged, before clipping), from rank 0, as JSON in OUT/SPEC.json. The specs
+run one after another in the same processes: starting them costs more than the steps.
 
-    python ddp_worker.py MODEL SPEC OUT [SENTENCES.json]
+    python ddp_worker.py MODEL OUT SENTENCES.json SPEC [SPEC ...]
 """
 
 from __future__ import annotations
@@ -41,24 +42,27 @@ clip = Trainer._clip_grad_norm
 
 
 def main() -> None:
-    model_dir, spec, out = sys.argv[1:4]
-    sentences = json.loads(Path(sys.argv[4]).read_text()) if len(sys.argv) > 4 else None
+    model_dir, out, sentences_file, *specs = sys.argv[1:]
+    sentences = json.loads(Path(sentences_file).read_text())
     rank = int(os.environ.get("RANK", "0"))
     Trainer._clip_grad_norm = capture
-    checkpoints = Path(out).parent / "ck"  # one folder for every process, as the stage has
-    job = make_job(
-        Path(model_dir),
-        spec,
-        checkpoints,
-        dropout_free=True,
-        max_steps=1,
-        max_grad_norm=0.0,
-        sentences=sentences,
-        method_params={"paser": {"augment": ["synonym", "swap"], "augment_ratio": 0.3}},
-    )
-    job.train(Path(out).parent / "model", checkpoints)
-    if rank == 0:
-        Path(out).write_text(json.dumps(CAPTURED))
+    for spec in specs:
+        work = Path(out) / spec
+        checkpoints = work / "ck"  # one folder for every process, as the stage has
+        job = make_job(
+            Path(model_dir),
+            spec,
+            checkpoints,
+            dropout_free=True,
+            max_steps=1,
+            max_grad_norm=0.0,
+            sentences=sentences,
+            method_params={"paser": {"augment": ["synonym", "swap"], "augment_ratio": 0.3}},
+        )
+        CAPTURED.clear()
+        job.train(work / "model", checkpoints)
+        if rank == 0:
+            (Path(out) / f"{spec}.json").write_text(json.dumps(CAPTURED))
 
 
 if __name__ == "__main__":

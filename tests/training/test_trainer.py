@@ -238,34 +238,52 @@ BACKENDS = [
 ]
 
 
+NODES = ["simcse", "paser"]  # 2 "nodes": the launch and its rendezvous, for two methods
+
+
+@pytest.fixture(scope="module")
+def gradients(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """`gradients(run)`: each spec's loss and gradients (ddp_worker.py) for `run` "one" (1
+    process, the global batch) or (layout, backend), each run launched once for all its specs."""
+    work = tmp_path_factory.mktemp("ddp")
+    sentences = work / "sentences.json"
+    sentences.write_text(json.dumps(SENTENCES))
+    runs: dict = {}
+
+    def get(run: str | tuple[str, str]) -> dict:
+        if run not in runs:
+            out = work / ("-".join(run) if isinstance(run, tuple) else run)
+            out.mkdir()
+            specs = NODES if run[0] == "nodes" else SPECS
+            worker = [str(HERE / "ddp_worker.py"), str(tiny_model_dir), str(out), str(sentences)]
+            worker += specs
+            if run == "one":
+                env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+                alone = subprocess.run([sys.executable, *worker], capture_output=True, env=env)
+                assert alone.returncode == 0, alone.stderr.decode()[-3000:]
+            else:
+                layout, backend = run
+                launched(layout, worker, backend == "gloo", out)
+            runs[run] = {s: json.loads((out / f"{s}.json").read_text()) for s in specs}
+        return runs[run]
+
+    return get
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(
     ("spec", "layout"),
-    [*((spec, "processes") for spec in SPECS), ("simcse", "nodes"), ("paser", "nodes")],
+    [*((spec, "processes") for spec in SPECS), *((spec, "nodes") for spec in NODES)],
 )
 def test_several_processes_give_the_single_process_gradient_of_the_global_batch(
-    tiny_model_dir: Path, tmp_path: Path, spec: str, layout: str, backend: str
+    gradients, spec: str, layout: str, backend: str
 ) -> None:
     """2 processes (gloo: on the CPU, CUDA hidden; nccl: on 2 GPUs) through DDP give the loss
     and every gradient the optimizer gets (the model's, the head's, PaSeR's decoder's, reached
     by one process only) of 1 process with the global batch: the negatives of the global batch,
     a mean over PaSeR's phrases and masked tokens of the global batch. NCCL refuses two ranks
     on one GPU ("Duplicate GPU detected"), so a machine with one GPU checks gloo alone."""
-    sentences = tmp_path / "sentences.json"
-    sentences.write_text(json.dumps(SENTENCES))
-    grads = {}
-    for run in ("one", "two"):
-        (tmp_path / run).mkdir()
-        worker = [str(HERE / "ddp_worker.py"), str(tiny_model_dir), spec]
-        worker += [str(tmp_path / run / "grads.json"), str(sentences)]
-        if run == "one":
-            env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-            alone = subprocess.run([sys.executable, *worker], capture_output=True, env=env)
-            assert alone.returncode == 0, alone.stderr.decode()[-3000:]
-        else:
-            launched(layout, worker, backend == "gloo", tmp_path / run)
-        grads[run] = json.loads((tmp_path / run / "grads.json").read_text())
-    one, two = grads["one"], grads["two"]
+    one, two = gradients("one")[spec], gradients((layout, backend))[spec]
     assert two["loss"] == pytest.approx(one["loss"], rel=1e-5)
     assert set(two["grads"]) == set(one["grads"])
     if "paser" in spec:

@@ -12,7 +12,7 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from sentemb.config import ConfigError, Count, UserError, from_dict, run_plan, section
 from sentemb.io import flatten, read_json
@@ -20,7 +20,7 @@ from sentemb.registry import SUITES
 from sentemb.report.markdown import REFINED
 from sentemb.report.stats import CompareConfig, mean_std
 from sentemb.report.summary import headline
-from sentemb.review.paired import compare_pair
+from sentemb.review.paired import TESTS, compare_pair
 from sentemb.review.runs import (
     TFIDF,
     UNTRAINED,
@@ -65,12 +65,15 @@ class Versus:
     significant: bool
     below_noise: bool
     p_seeds: float | None
-    test: Literal["bootstrap", "seeds"] | None = None  # None: a board written before tests said
+    test: str | None = None  # one of `paired.TESTS`; None: a board written before tests said
 
     def validate(self) -> list[str]:
+        problems = []
         if (self.low is None) != (self.high is None):
-            return ["low: an interval needs both low and high, or neither"]
-        return []
+            problems.append("low: an interval needs both low and high, or neither")
+        if self.test is not None and self.test not in TESTS:
+            problems.append(f"test: {self.test!r} is none of {list(TESTS)}")
+        return problems
 
 
 def commit_problems(commit: str) -> list[str]:
@@ -93,6 +96,7 @@ class Row:
     seeds: list[int]
     scores: dict[str, Spread]
     versus: dict[str, Versus]
+    notes: list[str] = field(default_factory=list)  # `Experiment.notes`: what its tests read
 
     def validate(self) -> list[str]:
         unplaced = [
@@ -386,6 +390,7 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
             "params": params,
             "trained_on": trained_on(experiment),
             "seeds": experiment.seeds,
+            "notes": experiment.notes,
             "scores": scores(experiment),
             "versus": {
                 key: result

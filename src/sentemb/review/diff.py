@@ -19,12 +19,13 @@ from sentemb.registry import SUITES
 from sentemb.report.markdown import table_cell
 from sentemb.review.paired import NOISE, below_noise
 from sentemb.review.runs import (
-    RECORD,
+    RUNS,
     SCORES,
     Reader,
     check_scores,
     folder_reader,
     revision_reader,
+    score_records,
 )
 
 HEADLINE_ROWS = ("trained", "untrained", "tfidf")  # metrics/summary.json's rows of scores
@@ -137,12 +138,9 @@ def committed(repo: Path, revision: str | None, name: str) -> dict[tuple[str, st
         where = f"{name}:{path}"
         data = metrics_file(read, path, name)
         if path == SCORES:
-            if not isinstance(data, list) or not all(
-                isinstance(r, dict) and set(r) >= set(RECORD) for r in data
-            ):
-                raise MetricsDiffError(f"{where}: expected a list of records with {list(RECORD)}")
             found = [
-                ((f"metrics/runs/{r['seed']}/{r['file']}.json", r["key"]), r["score"]) for r in data
+                ((f"{RUNS}/{seed}/{file}.json", key), score)
+                for (seed, file, key), score in score_records(data, where).items()
             ]
         else:
             found = [((path, key), value) for key, value in numbers(data, lists=True).items()]

@@ -47,7 +47,8 @@ def below_noise(difference: float, noise: float) -> bool:
 
 
 def verdict(result: Mapping[str, Any]) -> str:
-    """`noise` below the noise level, else whether the bootstrap interval excludes 0."""
+    """`noise` below the noise level, else whether the result's test (its `test`: the bootstrap
+    interval excludes 0, or the t-test's p < 1 - confidence) finds a difference."""
     if result["below_noise"]:
         return NOISE
     return "significant" if result["significant"] else NO_DIFFERENCE
@@ -204,12 +205,13 @@ def paired_comparison(
     baseline: str,
     confidence: float,
     noise: float,
-) -> dict[str, dict[str, float | bool | str | None]]:
-    """Per task and `avg` of `bootstrap_scores`: the difference of the seed means (from the
-    per-seed scores `per_seed[m][task]`), the bootstrap interval of the difference, whether it
-    excludes 0, whether the difference is below `noise` (score points), and the paired t-test
-    over seeds."""
-    result: dict[str, dict[str, float | bool | str | None]] = {}
+) -> dict[str, Result]:
+    """Per column of `replicates` (per method, each column's bootstrap replicates: over test
+    pairs, `bootstrap_scores`, or over a set's items): the difference of the seed means (from
+    the per-seed scores `per_seed[m][column]`), the bootstrap interval of the difference,
+    whether it excludes 0, whether the difference is below `noise` (score points), and the
+    paired t-test over seeds."""
+    result: dict[str, Result] = {}
     for task, values in replicates[method].items():
         if task not in per_seed[method] or task not in per_seed[baseline]:
             continue  # own sets: no `avg` column

@@ -16,12 +16,15 @@ from sentemb.report.markdown import (
     spread,
 )
 from sentemb.report.stats import mean_std
-from sentemb.review.paired import NOISE, verdict
-from sentemb.review.runs import RUNS
+from sentemb.review.paired import NOISE, TESTS, verdict
+
+BOOTSTRAPPED = ", ".join(name for name, declared in SUITES.items() if declared.cls.pairs)
+RESTS_ON = dict(zip(TESTS, ("bootstrap", "t-test (seeds)"), strict=True))  # as a table says it
 
 
 def cell(result: Mapping[str, Any]) -> list[str]:
-    """Δ, the bootstrap interval (`-` without one), the t-test's p and the verdict of a result."""
+    """Δ, the bootstrap interval (`-` without one), the t-test's p, the verdict of a result and
+    the test it rests on (`-`: a board written before results said)."""
     low, high, p = result["low"], result["high"], result["p_seeds"]
     interval = "-" if low is None else f"[{low:+.2f}, {high:+.2f}]"
     return [
@@ -29,6 +32,7 @@ def cell(result: Mapping[str, Any]) -> list[str]:
         interval,
         "-" if p is None else f"{p:.3f}",
         verdict(result),
+        RESTS_ON.get(result.get("test"), "-"),
     ]
 
 
@@ -42,9 +46,10 @@ def comparison(
         f"### `{old.label}` → `{new.label}`: {old.method} → {new.method} (seeds {seeds})",
         "",
         f"Δ = {new.label} − {old.label} in score points, means over the shared seeds; CI: "
-        f"{config.confidence:.0%} paired bootstrap over the test pairs ({config.resamples} "
-        f"resamples; STS and Chinese only); p: paired t-test over seeds. Verdict: the CI where "
-        f"there is one (significant when it excludes 0), else p < {1 - config.confidence:.2g}; "
+        f"{config.confidence:.0%} paired bootstrap over the test pairs or items "
+        f"({config.resamples} resamples; suites {BOOTSTRAPPED} only); p: paired t-test over "
+        f"seeds. Verdict: the CI where there is one (significant when it excludes 0), else "
+        f"p < {1 - config.confidence:.2g}; "
         f"|Δ| < {config.noise:g} (`compare.noise`): {NOISE}.",
         "",
     ]
@@ -56,9 +61,7 @@ def comparison(
                 continue
             name = row_label(row) + ("" if column == "avg" else f" {column}")
             values = [spread(mean_std(s[column])) for s in (before, after)]  # type: ignore[index]
-            result = results[row][column]
-            rests_on = "bootstrap" if result["test"] == "bootstrap" else "t-test (seeds)"
-            rows.append([name, *values, *cell(result), rests_on])
+            rows.append([name, *values, *cell(results[row][column])])
     header = [
         "row",
         old.label,
@@ -69,25 +72,8 @@ def comparison(
         "verdict",
         "rests on",
     ]
-    notes = [f"- `{side.label}`: {note}" for side in (old, new) for note in sources(side)]
+    notes = [f"- `{side.label}`: {note}" for side in (old, new) for note in side.notes]
     return "\n".join(lines) + markdown(header, rows) + "\n" + "".join(f"\n{n}" for n in notes)
-
-
-def sources(experiment: Any) -> list[str]:
-    """What a comparison reads of `experiment` where it is not its own files: its per-seed
-    scores from git, and why its predictions, and so the bootstrap, are missing."""
-    notes = []
-    if experiment.scores_from != RUNS:
-        notes.append(
-            f"per-seed scores from git ({experiment.scores_from}): its per-seed metrics files "
-            "are in neither the DVC cache nor a remote"
-        )
-    if experiment.predictions_missing:
-        notes.append(
-            "every verdict rests on the t-test over seeds, not the bootstrap over test pairs, "
-            f"whose predictions are missing: {experiment.predictions_missing}"
-        )
-    return notes
 
 
 def leaderboard(board: Mapping[str, Any]) -> str:
@@ -146,8 +132,13 @@ def leaderboard(board: Mapping[str, Any]) -> str:
         " Reference rows are single runs of the reference commit.",
         markdown(header, table),
         "## Against SimCSE (suite averages)",
-        markdown(["model", "suite", "Δ", "CI (bootstrap)", "p (seeds)", "verdict"], tests),
+        markdown(
+            ["model", "suite", "Δ", "CI (bootstrap)", "p (seeds)", "verdict", "rests on"], tests
+        ),
     ]
+    notes = [f"- {row['label']}: {note}" for row in rows for note in row.get("notes", [])]
+    if notes:
+        parts.append("\n".join(notes))
     if board["stale"]:
         stale = [
             f"- {s['label']} at {s['commit'][:7]}: {s['reason']}; `{s['rerun']}`"

@@ -77,10 +77,28 @@ class Experiment:
     @property
     def autocast(self) -> str:
         """The autocast the seeds trained under, as their train.json files record it: `fp32`,
-        or `bf16/fp32` where seeds ran on CPUs that resolve `auto` differently; `not in git`
-        where the scores come from `SCORES`, which holds numbers only."""
+        or `bf16/fp32` where seeds ran on CPUs that resolve `auto` differently; `autocast not
+        in git` where the scores come from `SCORES`, which holds numbers only."""
         found = {f["train"]["autocast"] for f in self.files}
         return "/".join(sorted(map(str, found))) if None not in found else "autocast not in git"
+
+    @property
+    def notes(self) -> list[str]:
+        """What a comparison of this experiment must say where it read less than its own
+        files: its per-seed scores from git, and why its predictions (and so the bootstrap over
+        test pairs) are missing."""
+        notes = []
+        if self.scores_from != RUNS:
+            notes.append(
+                f"per-seed scores from git ({self.scores_from}): its per-seed metrics files "
+                "are in neither the DVC cache nor a remote"
+            )
+        if self.predictions_missing:
+            notes.append(
+                "every verdict rests on the t-test over seeds, not the bootstrap over test pairs,"
+                f" whose predictions are missing: {self.predictions_missing}"
+            )
+        return notes
 
     def scores(self, row: str) -> dict[str, list[float]] | None:
         """Per column of `row` (`sts`, `sts/repal`, ...), the score of each seed; None when a
@@ -392,21 +410,17 @@ def committed_files(
     (train's `autocast`, refine's `fit_on`) are not there: None. A revision without `SCORES`
     raises `missing`, the error of the per-seed file that was not found."""
     try:
-        records = read_json(read, SCORES)
+        records = score_records(read_json(read, SCORES), SCORES)
     except MissingResults:
         raise missing from None
-    if not isinstance(records, list) or not all(
-        isinstance(r, dict) and set(r) >= set(RECORD) for r in records
-    ):
-        raise UserError(f"{SCORES}: expected a list of records with {list(RECORD)}; it was damaged")
     found: dict[tuple[Any, Any], dict[str, Any]] = {}
-    for r in records:
-        values = found.setdefault((r["seed"], r["file"]), {})
-        head, dot, rest = str(r["key"]).partition(".")
+    for (seed, file, key), score in records.items():
+        values = found.setdefault((seed, file), {})
+        head, dot, rest = key.partition(".")
         if dot and head in REFINEMENTS:
-            values.setdefault(head, {})[rest] = r["score"]
+            values.setdefault(head, {})[rest] = score
         else:
-            values[str(r["key"])] = r["score"]
+            values[key] = score
     files = []
     for seed in seeds:
         run: dict[str, Any] = {}
@@ -428,3 +442,25 @@ def committed_files(
             run[name] = values
         files.append(run)
     return files
+
+
+def score_records(data: Any, where: str) -> dict[tuple[Any, str, str], float]:
+    """The records of `SCORES` (`data`, read at `where`) by (seed, file, key): a list of objects
+    with `RECORD`'s keys, each score a finite number, none recorded twice; else one error naming
+    `where`, the seed's file and the key."""
+    if not isinstance(data, list) or not all(
+        isinstance(r, dict) and set(r) >= set(RECORD) for r in data
+    ):
+        raise UserError(f"{where}: expected a list of records with {list(RECORD)}; it was damaged")
+    found: dict[tuple[Any, str, str], float] = {}
+    for r in data:
+        key, score = (r["seed"], str(r["file"]), str(r["key"])), r["score"]
+        file = f"{RUNS}/{r['seed']}/{r['file']}.json"
+        if isinstance(score, bool) or not isinstance(score, int | float):
+            raise UserError(f"{where}: {file}: {key[2]}: {score!r} is not a number; it was damaged")
+        if not math.isfinite(score):
+            raise UserError(f"{where}: {file}: {key[2]}: {score}: a metric must be a finite number")
+        if key in found:
+            raise UserError(f"{where}: {file}: {key[2]}: recorded twice")
+        found[key] = score
+    return found
