@@ -17,7 +17,7 @@ from sentemb.config import UserError
 from sentemb.registry import SUITES
 from sentemb.review import board as board_module
 from sentemb.review import leaderboard as leaderboard_module
-from sentemb.review import revisions
+from sentemb.review import render, revisions
 from sentemb.review.revisions import git_remote
 from sentemb.review.runs import SCORES, MissingResults, committed_files, folder_reader
 from sentemb.training.config import BUILT_IN
@@ -642,7 +642,7 @@ def test_the_board_is_the_repository_s_from_any_of_its_folders(
     assert not (clone / "metrics" / "reports").exists()
     assert json.loads((clone / "reports" / "leaderboard.json").read_text()) == board
     report = (clone / "reports" / "leaderboard.md").read_text()
-    assert report.splitlines()[0] == board_module.TITLE
+    assert report.splitlines()[0] == render.TITLE
 
 
 def test_a_folder_at_the_json_path_is_refused_before_the_board_is_built(

@@ -39,7 +39,6 @@ BASELINE = "simcse"  # the row every other is tested against
 RENAMED: dict[str, dict[str, str]] = {"train.corpus": BUILT_IN}
 
 
-TITLE = "# Leaderboard"  # the report's first line
 T = TypeVar("T")
 log = logging.getLogger("leaderboard")
 JSON, REPORT = Path("reports/leaderboard.json"), Path("reports/leaderboard.md")

@@ -18,6 +18,7 @@ from sentemb.report.markdown import (
 from sentemb.report.stats import mean_std
 from sentemb.review.paired import NOISE, TESTS, verdict
 
+TITLE = "# Leaderboard"  # the leaderboard report's first line
 BOOTSTRAPPED = ", ".join(name for name, declared in SUITES.items() if declared.cls.pairs)
 RESTS_ON = dict(zip(TESTS, ("bootstrap", "t-test (seeds)"), strict=True))  # as a table says it
 
@@ -124,7 +125,7 @@ def leaderboard(board: Mapping[str, Any]) -> str:
         for name, result in sorted(row["versus"].items(), key=lambda item: row_order(item[0]))
     ]
     parts = [
-        "# Leaderboard",
+        TITLE,
         "Each row is one DVC experiment (`python -m sentemb.review.leaderboard`): suite averages,"
         " mean ± std over its seeds; STS vs SimCSE: Δ of the STS average and its verdict (paired"
         " bootstrap over the test pairs and paired t-test over seeds: the bootstrap's interval"
