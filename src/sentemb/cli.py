@@ -36,7 +36,7 @@ INPUTS = {False: "file", True: "folder", None: "path"}
 # The params that size what a stage holds in memory.
 SIZES = (
     "model.batch_size, model.max_length, train.batch_size, train.max_length, data.corpus_size, "
-    "iscse.buffer_size, refine.corpus_size, refine.pairs, refine.valid_pairs, "
+    "iscse.buffer_size, dclr.noise_ratio, refine.corpus_size, refine.pairs, refine.valid_pairs, "
     "eval.retrieval.query_chunk, eval.retrieval.chunk_cells, compare.resamples"
 )
 # What torch's RuntimeErrors say of a failed allocation: on a CPU, by CUDA, by cuBLAS.

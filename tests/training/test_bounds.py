@@ -159,7 +159,7 @@ def test_sscl_layers_are_checked_against_the_model_depth_when_params_are_read(
     expected = None
     if refused is not None:
         expected = (
-            f"sscl.layers: {refused} is not in [-2, -2]: the model (model.name_or_path) has 2 "
-            "hidden layers"
+            f"sscl.layers: {refused} is not in [-2, -2]: the model (model.name_or_path: "
+            f"{tiny_model_dir}) has 2 hidden layers"
         )
     assert refusal(params, "sscl") == refusal(params, "simcse+sscl") == expected

@@ -79,7 +79,7 @@ def _delimited(
                     + (
                         "quote a field that holds a comma"
                         if delimiter == ","
-                        else "a TSV field holds no tab"
+                        else "a TSV field holds no tab: one more, at a line's end too, is a field"
                     )
                 )
             yield where, {c: row[i] for c, i in index.items()}

@@ -77,7 +77,10 @@ class OwnSet:
         if not NAME.fullmatch(self.name):
             problems.append(f"name: {self.name!r} is no name: letters, digits, '_', '.', '-'")
         elif self.name.split(".")[0] in RESERVED:  # `repal.x`: git's copy of the scores nests it
-            problems.append(f"name: {self.name!r} is, or begins, a key of every metrics file")
+            problems.append(
+                f"name: {self.name!r}: {self.name.split('.')[0]!r} is a key the reports keep"
+                f" (names may not be, or begin with one and a '.': {list(RESERVED)})"
+            )
         if self.kind == "retrieval" and self.dev is not None:
             problems.append("dev: a retrieval set is not selected on (train.selection): drop it")
         for key in ("path", "dev"):

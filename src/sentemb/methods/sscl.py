@@ -91,11 +91,12 @@ class SSCLConfig:
             problems.append("average_with_simcse: only meaningful with variant 'batch'")
         return problems
 
-    def depth_problems(self, depth: int) -> list[str]:
-        """What is wrong with `layers` for a model of `depth` hidden layers."""
+    def depth_problems(self, depth: int, model: str) -> list[str]:
+        """What is wrong with `layers` for `model` (its name or folder), of `depth` hidden
+        layers."""
         return [
-            f"layers: {layer} is not in [-{depth}, -2]: the model (model.name_or_path) has "
-            f"{depth} hidden layers"
+            f"layers: {layer} is not in [-{depth}, -2]: the model (model.name_or_path: "
+            f"{model}) has {depth} hidden layers"
             for layer in self.layers
             if -layer > depth
         ]
@@ -109,7 +110,8 @@ class SSCL(Method):
 
     def __init__(self, config: SSCLConfig, model: SentenceTransformer) -> None:
         super().__init__(config, model)
-        for problem in config.depth_problems(model[0].auto_model.config.num_hidden_layers):
+        encoder = model[0].auto_model.config
+        for problem in config.depth_problems(encoder.num_hidden_layers, encoder.name_or_path):
             raise ConfigError(f"sscl.{problem}")
         self._added: Tensor | None = None
 

@@ -242,17 +242,14 @@ def check_params(params: Mapping[str, Any], spec: str) -> None:
     run_plan(params)
     train = section(params, "train", TrainConfig)
     configs = {entry.name: section(params, entry.name, entry.config) for entry in METHODS.values()}
-    depth = None
+    model = section(params, "model", ModelConfig)
     for name in parse_spec(spec):
         config = configs[name]
         problems = config.run_problems(train) if hasattr(config, "run_problems") else []
         if hasattr(config, "depth_problems"):
-            if depth is None:
-                model = section(params, "model", ModelConfig)
-                depth = hidden_layers(
-                    model.name_or_path, model.trust_remote_code, "model.name_or_path"
-                )
-            problems += config.depth_problems(depth)
+            path = model.name_or_path
+            depth = hidden_layers(path, model.trust_remote_code, "model.name_or_path")
+            problems += config.depth_problems(depth, path)
         for problem in problems:
             raise ConfigError(f"{name}.{problem}")
 
