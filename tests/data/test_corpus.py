@@ -193,6 +193,7 @@ def test_not_utf8_is_named_at_its_line(tmp_path: Path, name: str) -> None:
         # an unquoted comma (or a tab in a TSV field) would cut the text short
         ("c.csv", b"text\nHello, world\n", r"c\.csv:2: 2 fields, the header has 1 .*quote a field"),
         ("c.tsv", b"id\ttext\n1\thello\tworld\n", r"c\.tsv:2: 3 fields, the header has 2"),
+        ("c.tsv", b"text\nhello world\t\n", r"c\.tsv:2: 2 fields, .* at a line's end too"),
     ],
 )
 def test_a_bad_row_is_one_error_naming_file_and_line(
