@@ -26,7 +26,7 @@ from sentemb.report import plots
 from sentemb.report.markdown import REFINED, protocol, summary
 from sentemb.report.plots import BEFORE
 from sentemb.report.stats import CompareConfig, density_bins, mean_std
-from sentemb.review.runs import PREDICTIONS, RUNS, Experiment
+from sentemb.review.runs import PREDICTIONS, RECORD, RUNS, Experiment
 
 GEOMETRY = ("alignment", "uniformity")
 LAYERS = ("inter_layer", "token_wise")
@@ -61,7 +61,7 @@ def scores(experiment: Experiment) -> list[dict[str, Any]]:
     """plots/summary/scores.json: every number of every seed's metrics files (but the stages'
     `seconds`), one record each: the committed copy of the per-seed files DVC caches."""
     return [
-        {"seed": seed, "file": name, "key": key, "score": value}
+        dict(zip(RECORD, (seed, name, key, value), strict=True))
         for seed, files in zip(experiment.seeds, experiment.files, strict=True)
         for name, metrics in files.items()
         for key, value in numbers(metrics, lists=True).items()
