@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from sentemb import git
 from sentemb.services import CONNECT_SECONDS, call_within, http_answers
 
 DEFAULT_EXPERIMENT = "sentemb"
@@ -57,19 +57,8 @@ def repo_root() -> Path:
     """``$DVC_ROOT``, else the git top level of the current directory, else the current one."""
     if os.environ.get("DVC_ROOT"):
         return Path(os.environ["DVC_ROOT"]).resolve()
-    top = git_output("rev-parse", "--show-toplevel")
+    top = git.output("rev-parse", "--show-toplevel")
     return Path(top).resolve() if top else Path.cwd().resolve()
-
-
-def git_output(*args: str, cwd: str | Path | None = None, strip: bool = True) -> str | None:
-    """Git's output for `args` in `cwd`, or None where git fails or is missing."""
-    try:
-        done = subprocess.run(
-            ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10, check=True
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout.strip() if strip else done.stdout
 
 
 def _sqlite_file(uri: str) -> Path | None:

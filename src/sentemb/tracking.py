@@ -38,6 +38,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from sentemb import git
 from sentemb.clock import SECONDS, stage_started
 from sentemb.io import flatten, numbers, write_json
 from sentemb.mlflow_store import (
@@ -45,7 +46,6 @@ from sentemb.mlflow_store import (
     check_store,
     experiment_name,
     fast_fail_env,
-    git_output,
     local_artifact_location,
     tracking_uri,
 )
@@ -132,11 +132,11 @@ def param_value(value: Any) -> str:
 
 def git_tags(cwd: str | Path | None = None) -> dict[str, str]:
     """``git.commit`` (``unknown`` outside git) and, inside git, ``git.dirty`` (true/false)."""
-    commit = git_output("rev-parse", "HEAD", cwd=cwd)
+    commit = git.output("rev-parse", "HEAD", cwd=cwd)
     if not commit:
         return {"git.commit": "unknown"}
     tags = {"git.commit": commit, "mlflow.source.git.commit": commit}
-    status = git_output("status", "--porcelain", "--untracked-files=no", cwd=cwd, strip=False)
+    status = git.output("status", "--porcelain", "--untracked-files=no", cwd=cwd, strip=False)
     if status is not None:
         tags["git.dirty"] = "true" if status.strip() else "false"
     return tags

@@ -93,7 +93,7 @@ def test_non_finite_scores_are_refused_naming_the_key() -> None:
     require_finite("m", {"STS12": 70.0, "skipped": {"SICK": "absent"}, "layers": [0.1, 2]})
     for values, key in [
         ({"STS12": 70.0, "STS13": math.nan}, "STS13 is nan"),
-        ({"repal": {"avg": 1.0, "STS12/MSRpar": -math.inf}}, "repal/STS12/MSRpar is -inf"),
+        ({"repal": {"avg": 1.0, "STS12/MSRpar": -math.inf}}, "repal.STS12/MSRpar is -inf"),
         ({"token_wise": [0.5, math.nan]}, r"token_wise\[1\] is nan"),
     ]:
         with pytest.raises(UnusableVectors, match=f"^m, suite sts: {key}, not a score$"):

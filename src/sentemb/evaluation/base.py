@@ -36,6 +36,7 @@ from sentemb.config import UserError
 from sentemb.data.download import MANIFEST, DataUnavailable
 from sentemb.data.readers import PairSet
 from sentemb.data.sources import DATASETS
+from sentemb.io import flatten
 
 Embeddings = np.ndarray | sp.spmatrix | sp.sparray
 ENGLISH, CHINESE = "english", "chinese"  # the languages an evaluator scores
@@ -307,17 +308,9 @@ def require_finite(label: str, values: Mapping[str, object]) -> None:
     """Refuse a NaN or infinite number anywhere in `values` (nested mappings and lists), naming
     `label` and the key: a score that is not a number is an error, never written."""
 
-    def walk(key: str, value: object) -> None:
-        if isinstance(value, Mapping):
-            for name, item in value.items():
-                walk(f"{key}/{name}" if key else str(name), item)
-        elif isinstance(value, list | tuple):
-            for i, item in enumerate(value):
-                walk(f"{key}[{i}]", item)
-        elif isinstance(value, float) and not math.isfinite(value):
+    for key, value in flatten(values, lists=True).items():
+        if isinstance(value, float) and not math.isfinite(value):
             raise UnusableVectors(f"{label}: {key} is {value}, not a score")
-
-    walk("", values)
 
 
 def rowwise_cosine(a: Embeddings, b: Embeddings) -> np.ndarray:

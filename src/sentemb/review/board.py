@@ -8,12 +8,12 @@ import json
 import logging
 import re
 import shlex
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from sentemb import git
 from sentemb.config import ConfigError, Count, UserError, from_dict, run_plan, section
 from sentemb.io import flatten, read_json
 from sentemb.registry import SUITES
@@ -203,12 +203,9 @@ def reachable(repo: Path, sha: str) -> bool:
     """Whether a branch, tag, remote branch, DVC experiment or HEAD holds commit `sha`; one
     that none holds was removed here (`dvc exp remove`, a rewritten branch) and is kept only
     until git prunes it."""
-    refs = ["git", "for-each-ref", "--contains", sha, "--count=1", "--format=x"]
-    held = subprocess.run(refs, cwd=repo, capture_output=True, text=True)
-    if held.returncode == 0 and held.stdout.strip():
+    if git.output("for-each-ref", "--contains", sha, "--count=1", "--format=x", cwd=repo):
         return True
-    ancestor = ["git", "merge-base", "--is-ancestor", sha, "HEAD"]
-    return subprocess.run(ancestor, cwd=repo, capture_output=True).returncode == 0
+    return git.succeeds("merge-base", "--is-ancestor", sha, "HEAD", cwd=repo)
 
 
 def candidates(repo: Path, commits: set[str]) -> tuple[list[Candidate], set[str]]:

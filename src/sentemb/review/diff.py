@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from sentemb import git
 from sentemb.clock import SECONDS
 from sentemb.config import UserError
 from sentemb.io import flatten, numbers
@@ -131,7 +132,7 @@ def committed(repo: Path, revision: str | None, name: str) -> dict[tuple[str, st
     listing = (
         ["ls-files", "-z"] if revision is None else ["ls-tree", "-rz", "--name-only", revision]
     )
-    paths = os.fsdecode(git(repo, *listing, "--", "metrics", SCORES)).split("\0")
+    paths = os.fsdecode(git_listing(repo, *listing, "--", "metrics", SCORES)).split("\0")
     read = reader(repo, revision, name)
     found_numbers: dict[tuple[str, str], float] = {}
     for path in (p for p in paths if p.endswith(".json")):
@@ -187,10 +188,10 @@ def metrics_file(read: Reader, path: str, name: str) -> Any:
     return data
 
 
-def git(repo: Path, *args: str) -> bytes:
+def git_listing(repo: Path, *args: str) -> bytes:
     """The output of a git command in `repo` (a listing of what it tracks), as bytes; one error
     with git's message when it fails."""
-    result = subprocess.run(["git", *args], cwd=repo, capture_output=True)
+    result = git.run(*args, cwd=repo)
     if result.returncode != 0:
         message = result.stderr.decode(errors="replace").strip()
         raise MetricsDiffError(f"git {args[0]}: {message or 'failed'}")

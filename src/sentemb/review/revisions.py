@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import logging
 import shlex
-import subprocess
 from pathlib import Path
 from typing import Any
 
+from sentemb import git
 from sentemb.config import UserError
 
 log = logging.getLogger("review")
@@ -34,8 +34,7 @@ def root() -> Path:
         ) from None
     except DvcException as err:
         raise UserError(f"{found}/.dvc: {err}") from None
-    head = ["git", "rev-parse", "--verify", "-q", "HEAD^{commit}"]
-    if subprocess.run(head, cwd=found, capture_output=True).returncode != 0:
+    if not git.succeeds("rev-parse", "--verify", "-q", "HEAD^{commit}", cwd=found):
         raise UserError(f"{found}: not a git repository with a commit: revisions are git's")
     return found
 
@@ -83,9 +82,7 @@ def resolve(name: str, dvc: Any) -> str:
             log.warning("%s: read as a git revision; a DVC experiment has that name too", name)
         if {"heads/" + name, "tags/" + name} <= set(named_refs(name, dvc)):
             log.warning("%s: read as the tag, as git does; the branch is heads/%s", name, name)
-    kind = subprocess.run(
-        ["git", "cat-file", "-t", commit], cwd=dvc.root_dir, capture_output=True, text=True
-    ).stdout.strip()
+    kind = git.output("cat-file", "-t", commit, cwd=dvc.root_dir)
     if kind != "commit":
         raise UserError(f"{name}: a git {kind or 'object'}, not a commit")
     return commit
@@ -125,6 +122,5 @@ def experiment_commit(name: str, dvc: Any) -> str:
 
 def git_remote(repo: Path) -> str:
     """The Git remote `dvc exp pull` fetches experiments from: the only one, or `<git remote>`."""
-    listed = subprocess.run(["git", "remote"], cwd=repo, capture_output=True, text=True)
-    names = listed.stdout.split() if listed.returncode == 0 else []
+    names = (git.output("remote", cwd=repo) or "").split()
     return shlex.quote(names[0]) if len(names) == 1 else "<git remote>"

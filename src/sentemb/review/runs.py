@@ -21,7 +21,6 @@ import io
 import json
 import math
 import shlex
-import subprocess
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from sentemb import git
 from sentemb.config import ConfigError, UserError, params_from, parse_yaml, run_plan, section
 from sentemb.evaluation.base import ITEMS
 from sentemb.registry import REFINEMENTS, SUITES
@@ -178,7 +178,7 @@ def revision_reader(revision: str, repo: Path = Path(), label: str | None = None
             ) from err
 
     def read(path: str) -> bytes:
-        shown = subprocess.run(["git", "show", f"{revision}:{path}"], cwd=repo, capture_output=True)
+        shown = git.run("show", f"{revision}:{path}", cwd=repo)
         return shown.stdout if shown.returncode == 0 else from_dvc(path)
 
     return read
@@ -191,8 +191,8 @@ def how_to_get(name: str, repo: Path) -> str:
     with Repo(str(repo)) as dvc:
         remote = dvc.config["core"].get("remote")
     quoted = shlex.quote(name)
-    is_commit = ["git", "rev-parse", "--verify", "-q", "--end-of-options", f"{name}^{{commit}}"]
-    if subprocess.run(is_commit, cwd=repo, capture_output=True).returncode == 0:
+    is_commit = ("rev-parse", "--verify", "-q", "--end-of-options", f"{name}^{{commit}}")
+    if git.succeeds(*is_commit, cwd=repo):
         pull = f"`git checkout {quoted} && dvc pull`"
         again = f"run that revision's pipeline again (`git checkout {quoted} && dvc repro`)"
     else:  # a DVC experiment's name
