@@ -18,8 +18,9 @@ from sentemb.registry import SUITES
 from sentemb.review import board as board_module
 from sentemb.review import leaderboard as leaderboard_module
 from sentemb.review import render, revisions
+from sentemb.review.readers import MissingResults, folder_reader
 from sentemb.review.revisions import git_remote
-from sentemb.review.runs import SCORES, MissingResults, committed_files, folder_reader
+from sentemb.review.runs import SCORES, committed_files
 from sentemb.training.config import BUILT_IN
 
 from support.experiments import fake_experiment, write_experiment

@@ -31,7 +31,8 @@ from sentemb.review.paired import (
     spearman_rows,
     verdict,
 )
-from sentemb.review.runs import RECORDS, Experiment, MissingResults, folder_reader, load
+from sentemb.review.readers import MissingResults, folder_reader
+from sentemb.review.runs import RECORDS, Experiment, load
 
 from support.experiments import fake_experiment, write_experiment
 

@@ -26,9 +26,10 @@ from sentemb.config import UserError, load_params, section
 from sentemb.io import flatten
 from sentemb.report.stats import CompareConfig
 from sentemb.review.paired import compare, shared_seeds
+from sentemb.review.readers import folder_reader, lock_stages, revision_reader
 from sentemb.review.render import comparison
 from sentemb.review.revisions import WORKSPACE, commits, root
-from sentemb.review.runs import Experiment, folder_reader, load, lock_stages, revision_reader
+from sentemb.review.runs import Experiment, load
 
 
 def stale_params(repo: Path, params: dict[str, Any]) -> list[str]:

@@ -40,8 +40,8 @@ from sentemb.review.diff import (
     reader,
     table,
 )
+from sentemb.review.readers import MissingResults
 from sentemb.review.revisions import WORKSPACE, commits, root
-from sentemb.review.runs import MissingResults
 
 
 def parser() -> Parser:
