@@ -181,6 +181,16 @@ def test_metrics_diff_in_a_git_and_dvc_repo(tmp_path: Path) -> None:
         git(tmp_path, "rm", "-q", "--cached", f"metrics/{odd}")
         (tmp_path / "metrics" / odd).unlink()
 
+    other = tmp_path / "metrics" / "other.json"  # any tracked metrics file: NaN is an error
+    for value in ("NaN", "-Infinity"):
+        other.write_text(f'{{"a": {{"b": [1.0, {value}]}}}}')
+        git(tmp_path, "add", "metrics/other.json")
+        failed = metrics_diff(tmp_path, "--all")
+        assert failed.returncode == 1 and failed.stdout == ""
+        assert failed.stderr.startswith("error: workspace:metrics/other.json: a.b[1]: "), value
+        git(tmp_path, "rm", "-q", "--cached", "metrics/other.json")
+    other.unlink()
+
     unknown = "error: no-such-rev: neither a git revision nor a DVC experiment"
     for args, message, status in (
         (["no-such-rev"], unknown, 1),

@@ -131,17 +131,17 @@ def committed(repo: Path, revision: str | None, name: str) -> dict[tuple[str, st
     for path in (p for p in paths if p.endswith(".json")):
         where = f"{name}:{path}"
         data = metrics_file(read, path, name)
-        if path == SCORES:
+        if path == SCORES:  # score_records checks each score
             found = [
                 ((f"{RUNS}/{seed}/{file}.json", key), score)
                 for (seed, file, key), score in score_records(data, where).items()
             ]
-        else:
-            found = [((path, key), value) for key, value in numbers(data, lists=True).items()]
-        for (file, key), value in found:
-            score = number(value, f"{where}: {key}")
-            if score is None:
-                raise MetricsDiffError(f"{where}: {key}: {value!r} is not a number")
+        else:  # numbers keeps the numbers; number refuses NaN and infinity
+            found = [
+                ((path, key), number(value, f"{where}: {key}"))
+                for key, value in numbers(data, lists=True).items()
+            ]
+        for (file, key), score in found:
             if (file, key) in found_numbers:
                 raise MetricsDiffError(f"{where}: {file}: {key}: recorded twice")
             found_numbers[(file, key)] = score
