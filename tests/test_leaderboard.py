@@ -4,6 +4,7 @@ results."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -318,6 +319,37 @@ def test_git_holds_every_score_a_comparison_reads(tmp_path: Path) -> None:
     (tmp_path / SCORES).unlink()
     with pytest.raises(MissingResults, match=r"^x$"):
         committed_files(folder_reader(tmp_path), [1], set(SUITES), missing)
+
+
+@pytest.mark.parametrize(
+    ("summary", "edit", "fails"),
+    [
+        ("scores", False, False),  # what `dvc repro` commits
+        ("scores", True, True),  # scores.json edited after summary wrote it
+        ("other", False, True),  # summary records no scores.json: another run's dvc.lock
+        (None, True, False),  # no summary in dvc.lock: nothing to check against
+    ],
+)
+def test_git_scores_must_be_what_the_locks_summary_wrote(
+    tmp_path: Path, summary: str | None, edit: bool, fails: bool
+) -> None:
+    """A revision's per-seed scores are read from git only where its dvc.lock says stage
+    summary wrote that very plots/summary/scores.json (its md5); else one error, not numbers
+    of another run."""
+    write_experiment(tmp_path, fake_experiment("simcse", [1], 3))
+    scores = tmp_path / SCORES
+    path = SCORES if summary == "scores" else "metrics/summary.json"
+    outs = [{"path": path, "md5": hashlib.md5(scores.read_bytes()).hexdigest()}]
+    stages = {"summary": {"cmd": "x", "outs": outs}} if summary else {"x": {"cmd": "x"}}
+    (tmp_path / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": stages}))
+    if edit:
+        first, *rest = json.loads(scores.read_text())
+        scores.write_text(json.dumps([first | {"score": first["score"] + 1}, *rest]))
+    if fails:
+        with pytest.raises(UserError, match=rf"^{SCORES}: not the file dvc.lock records stage"):
+            committed_files(folder_reader(tmp_path), [1], set(SUITES), MissingResults("x"))
+    else:
+        committed_files(folder_reader(tmp_path), [1], set(SUITES), MissingResults("x"))
 
 
 @pytest.mark.parametrize(

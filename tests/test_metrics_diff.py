@@ -3,6 +3,7 @@ than `compare.noise` labelled noise; DVC's JSON read without DVC, then a real gi
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -17,7 +18,15 @@ import pytest
 import yaml
 
 from sentemb.cli import run
-from sentemb.review.diff import Change, MetricsDiffError, changes, is_score, label, table
+from sentemb.review.diff import (
+    Change,
+    MetricsDiffError,
+    changes,
+    committed,
+    is_score,
+    label,
+    table,
+)
 from sentemb.review.metrics_diff import main
 
 from support.repos import git, git_dvc_repo
@@ -248,3 +257,28 @@ def test_metrics_diff_in_a_git_and_dvc_repo(tmp_path: Path) -> None:
             failed = metrics_diff(tmp_path, *args)
             assert failed.returncode == 1 and failed.stdout == "", (damaged, failed.stdout)
             assert failed.stderr.splitlines()[-1].startswith(message), failed.stderr
+
+
+def test_a_commits_scores_are_the_file_its_lock_says_summary_wrote(tmp_path: Path) -> None:
+    """`--all` reads a commit's plots/summary/scores.json only where its dvc.lock records that
+    file (md5) as stage summary's; the workspace's, perhaps mid-`dvc repro`, is not checked."""
+    git_dvc_repo(tmp_path)
+    scores = tmp_path / "plots/summary/scores.json"
+    scores.parent.mkdir(parents=True)
+    scores.write_text(json.dumps([{"seed": 1, "file": "sts", "key": "avg", "score": 80.0}]))
+
+    def commit(data: bytes) -> None:
+        outs = [{"path": "plots/summary/scores.json", "md5": hashlib.md5(data).hexdigest()}]
+        lock = {"schema": "2.0", "stages": {"summary": {"cmd": "x", "outs": outs}}}
+        (tmp_path / "dvc.lock").write_text(yaml.safe_dump(lock))
+        git(tmp_path, "add", "-A")
+        git(tmp_path, "commit", "-qm", "results")
+
+    commit(b"[]")  # another run's lock
+    message = r"^HEAD:plots/summary/scores\.json: not the file dvc\.lock records stage summary"
+    with pytest.raises(MetricsDiffError, match=message):
+        committed(tmp_path, "HEAD", "HEAD")
+    expected = {("metrics/runs/1/sts.json", "avg"): 80.0}
+    assert committed(tmp_path, None, "workspace") == expected
+    commit(scores.read_bytes())
+    assert committed(tmp_path, "HEAD", "HEAD") == expected

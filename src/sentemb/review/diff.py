@@ -20,7 +20,7 @@ from sentemb.registry import SUITES
 from sentemb.report.markdown import table_cell
 from sentemb.review.paired import NOISE, below_noise
 from sentemb.review.readers import Reader, folder_reader, revision_reader
-from sentemb.review.runs import RUNS, SCORES, check_scores, score_records
+from sentemb.review.runs import RUNS, SCORES, check_scores, check_summary_current, score_records
 
 HEADLINE_ROWS = ("trained", "untrained", "tfidf")  # metrics/summary.json's rows of scores
 HEADLINE = "metrics/summary.json"  # the only file declared as DVC metrics
@@ -121,7 +121,8 @@ def table(rows: list[Change], noise: float, old: str, new: str) -> str:
 def committed(repo: Path, revision: str | None, name: str) -> dict[tuple[str, str], float]:
     """Every committed number at commit `revision` (None: the workspace's files git tracks) of
     `repo`, keyed by (path, dotted key): the JSON files under metrics/ and the records of
-    `SCORES`. A file that is not such JSON is an error naming `name` and the file."""
+    `SCORES`, at a commit the file its dvc.lock says stage summary wrote. A file that is not
+    such JSON is an error naming `name` and the file."""
     listing = (
         ["ls-files", "-z"] if revision is None else ["ls-tree", "-rz", "--name-only", revision]
     )
@@ -131,11 +132,16 @@ def committed(repo: Path, revision: str | None, name: str) -> dict[tuple[str, st
     for path in (p for p in paths if p.endswith(".json")):
         where = f"{name}:{path}"
         data = metrics_file(read, path, name)
-        if path == SCORES:  # score_records checks each score
+        if path == SCORES:  # score_records checks each score; a commit's dvc.lock, the file
             found = [
                 ((f"{RUNS}/{seed}/{file}.json", key), score)
                 for (seed, file, key), score in score_records(data, where).items()
             ]
+            try:
+                if revision is not None:  # the workspace's may be mid-`dvc repro`
+                    check_summary_current(read)
+            except UserError as err:
+                raise MetricsDiffError(f"{name}:{err}") from None
         else:  # numbers keeps the numbers; number refuses NaN and infinity
             found = [
                 ((path, key), number(value, f"{where}: {key}"))

@@ -16,6 +16,7 @@ test pairs does not.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import math
 import zipfile
@@ -27,7 +28,7 @@ import numpy as np
 from sentemb.config import ConfigError, UserError, params_from, parse_yaml, run_plan, section
 from sentemb.evaluation.base import ITEMS
 from sentemb.registry import REFINEMENTS, SUITES
-from sentemb.review.readers import MissingResults, Reader, read_json
+from sentemb.review.readers import MissingResults, Reader, lock_stages, read_json
 
 RUNS, PREDICTIONS, CURVES = "metrics/runs", "predictions", "plots/runs"
 REFERENCE_DIR, TFIDF_DIR = "metrics/reference", "metrics/tfidf"
@@ -295,13 +296,15 @@ def committed_files(
     read: Reader, seeds: list[int], asked: set[str], missing: MissingResults
 ) -> list[dict[str, Any]]:
     """Each seed's metrics files as git holds their numbers (`SCORES`, keys dotted: a
-    refinement's `repal.<column>`), checked as the files would be; the records' text fields
-    (train's `autocast`, refine's `fit_on`) are not there: None. A revision without `SCORES`
-    raises `missing`, the error of the per-seed file that was not found."""
+    refinement's `repal.<column>`), checked as the files would be and against dvc.lock
+    (`check_summary_current`); the records' text fields (train's `autocast`, refine's
+    `fit_on`) are not there: None. A revision without `SCORES` raises `missing`, the error of
+    the per-seed file that was not found."""
     try:
         records = score_records(read_json(read, SCORES), SCORES)
     except MissingResults:
         raise missing from None
+    check_summary_current(read)
     found: dict[tuple[Any, Any], dict[str, Any]] = {}
     for (seed, file, key), score in records.items():
         values = found.setdefault((seed, file), {})
@@ -331,6 +334,26 @@ def committed_files(
             run[name] = values
         files.append(run)
     return files
+
+
+def check_summary_current(read: Reader) -> None:
+    """Git's `SCORES` (through `read`) is the file the revision's dvc.lock says stage `summary`
+    wrote (its md5); else one error: it was edited, or committed with another run's dvc.lock.
+    Not checked where dvc.lock is missing or records no `summary`."""
+    try:
+        stages = lock_stages(read("dvc.lock"))
+    except MissingResults:
+        return
+    summary = stages.get("summary")
+    if summary is None:
+        return
+    outs = summary.get("outs") if isinstance(summary.get("outs"), list) else []
+    written = [o.get("md5") for o in outs if isinstance(o, dict) and o.get("path") == SCORES]
+    if written != [hashlib.md5(read(SCORES)).hexdigest()]:
+        raise UserError(
+            f"{SCORES}: not the file dvc.lock records stage summary wrote (it was edited, or "
+            "committed with another run's dvc.lock): `dvc repro` at that revision writes both"
+        )
 
 
 def score_records(data: Any, where: str) -> dict[tuple[Any, str, str], float]:
