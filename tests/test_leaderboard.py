@@ -474,6 +474,30 @@ def test_leaderboard_builds_from_git_alone(
     assert "- sscl: " not in report and rows[1]["notes"] == []
 
 
+@pytest.mark.parametrize("same", [True, False])
+def test_a_run_read_from_git_alone_takes_its_autocast_from_the_board(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, same: bool
+) -> None:
+    """Git holds a run's scores, not the autocast its seeds trained under: a run read from git
+    alone takes it from the listed board's row of the same run (method, seeds, every mean, std
+    and n), read where that run's files were; a row of other scores says nothing of it."""
+    full = rebuild(clone_of(repo, tmp_path / "full"), monkeypatch)
+    clone = clone_of(repo, tmp_path / "clone")
+    git(clone, "rm", "-rq", "metrics/runs", "predictions")
+    git(clone, "commit", "-qm", "per-seed files as DVC outputs no cache holds")
+    known = full["rows"][0]["trained_on"].rsplit(", ", 1)[0]
+    simcse = full["rows"][0] | {"commit": "0" * 40, "trained_on": f"{known}, bf16"}
+    if not same:
+        simcse["scores"] = simcse["scores"] | {"sts": simcse["scores"]["sts"] | {"mean": 0.5}}
+    (clone / "reports").mkdir(exist_ok=True)
+    (clone / "reports" / "leaderboard.json").write_text(json.dumps(full | {"rows": [simcse]}))
+    board = rebuild(clone, monkeypatch)
+    rows = {r["label"]: r for r in board["rows"]}
+    assert sorted(rows) == ["simcse", "sscl"] and rows["simcse"]["commit"] != "0" * 40  # git's
+    shown = "bf16" if same else "autocast not in git"
+    assert rows["simcse"]["trained_on"] == f"{known}, {shown}"
+
+
 def rebuild(clone: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
     """The leaderboard `clone` gives, built in this process as the command builds it (a
     subprocess per call spent seconds importing; the command itself is run where its output

@@ -8,7 +8,7 @@ import json
 import logging
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -22,7 +22,7 @@ from sentemb.report.stats import CompareConfig, mean_std
 from sentemb.report.summary import headline
 from sentemb.review.paired import TESTS, compare_pair
 from sentemb.review.readers import Reader, lock_stages, revision_reader
-from sentemb.review.runs import TFIDF, UNTRAINED, Experiment, load, read_params
+from sentemb.review.runs import RUNS, TFIDF, UNTRAINED, Experiment, load, read_params
 from sentemb.training.config import BUILT_IN, TrainConfig
 
 CHAIN = ("train", "refine", "evaluate", "analyze")  # the stages of one seed's run
@@ -294,13 +294,23 @@ def scores(experiment: Experiment) -> dict[str, dict[str, float]]:
     }
 
 
-def trained_on(experiment: Experiment) -> str:
+def trained_on(experiment: Experiment, listed_rows: Sequence[dict[str, Any]] = ()) -> str:
     """The corpus the run trained on and the autocast its seeds trained under, as train.json
     records it (another CPU may resolve `auto` to another one): `wiki1m_for_simcse.txt, 11,915
-    sentences, fp32`."""
+    sentences, fp32`. Git holds a run's scores, not its autocast: a run read from git alone
+    takes it from a row of the same run in `listed_rows` (the board before; same method, seeds
+    and every mean, std and n), read where that run's files were."""
     corpus = Path(section(experiment.params, "train", TrainConfig).corpus).name
     sentences = experiment.files[0]["train"]["sentences"]
-    return f"{corpus}, {sentences:,} sentences, {experiment.autocast}"
+    known = f"{corpus}, {sentences:,} sentences, "
+    if experiment.scores_from != RUNS:
+        run = (experiment.method, experiment.seeds, scores(experiment))
+        same = [
+            r["trained_on"] for r in listed_rows if (r["method"], r["seeds"], r["scores"]) == run
+        ]
+        if same and same[0].startswith(known):
+            return same[0]
+    return known + experiment.autocast
 
 
 def listed(out: Path) -> dict[str, Any]:
@@ -376,7 +386,7 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
             "experiment": candidate.experiment,
             "commit": candidate.commit,
             "params": params,
-            "trained_on": trained_on(experiment),
+            "trained_on": trained_on(experiment, before["rows"]),
             "seeds": experiment.seeds,
             "notes": experiment.notes,
             "scores": scores(experiment),

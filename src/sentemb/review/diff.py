@@ -137,11 +137,11 @@ def committed(repo: Path, revision: str | None, name: str) -> dict[tuple[str, st
                 ((f"{RUNS}/{seed}/{file}.json", key), score)
                 for (seed, file, key), score in score_records(data, where).items()
             ]
-            try:
-                if revision is not None:  # the workspace's may be mid-`dvc repro`
+            if revision is not None:  # the workspace's may be mid-`dvc repro`
+                try:
                     check_summary_current(read)
-            except UserError as err:
-                raise MetricsDiffError(f"{name}:{err}") from None
+                except UserError as err:
+                    raise MetricsDiffError(f"{name}:{err}") from None
         else:  # numbers keeps the numbers; number refuses NaN and infinity
             found = [
                 ((path, key), number(value, f"{where}: {key}"))
