@@ -28,7 +28,7 @@ repro: pull
 	$(ENV) python -m sentemb.progress
 
 test: install
-	$(ENV) ruff check src stages tests benchmarks examples && pytest -q -n auto --dist loadscope --durations=15
+	$(ENV) ruff check src stages tests benchmarks examples && pytest -q -n auto --dist loadscope --no-loadscope-reorder --durations=15
 
 lint: install
 	$(ENV) ruff check src stages tests benchmarks examples

@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import subprocess
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +25,15 @@ if "PYTEST_XDIST_WORKER_COUNT" in os.environ:  # `pytest -n N`: N workers share 
     THREADS = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
     os.environ["OMP_NUM_THREADS"] = str(THREADS)  # and the stages they start as subprocesses
     torch.set_num_threads(THREADS)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Modules that hold a `slow` test first, then the most tests first (xdist's own order).
+    `make test` hands each module to one worker in this order (`--dist loadscope
+    --no-loadscope-reorder`), so no worker starts a minutes-long module while the other ends."""
+    tests = Counter(item.path for item in items)
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: (item.path not in slow, -tests[item.path]))
 
 
 @pytest.fixture(scope="session")
