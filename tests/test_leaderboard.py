@@ -26,6 +26,7 @@ from sentemb.training.config import BUILT_IN
 
 from support.experiments import fake_experiment, write_experiment
 from support.repos import DVC, clone_of, git, git_dvc_repo, run
+from support.stages import run_module
 
 CHAIN = ("train", "refine", "evaluate", "analyze")
 
@@ -77,14 +78,16 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return repo
 
 
-def python(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", *args], cwd=repo, capture_output=True, text=True, timeout=300
-    )
+def python(
+    repo: Path, module: str, *args: str, process: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """`python -m <module> <args>` run from `repo`: in this process unless `process`
+    (`run_module`; a new Python and its imports per call were most of this file's time)."""
+    return run_module(module, list(args), repo, process=process)
 
 
 def test_compare_tests_an_experiment_against_a_revision(repo: Path) -> None:
-    done = python(repo, "sentemb.review.compare", "HEAD", "noisy-sscl")
+    done = python(repo, "sentemb.review.compare", "HEAD", "noisy-sscl", process=True)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
     assert lines[0] == "### `HEAD` → `noisy-sscl`: simcse → sscl (seeds 1, 2)"
@@ -422,7 +425,7 @@ def test_leaderboard_merges_the_rows_of_todays_code(repo: Path) -> None:
     other code are left out, named with the command that reruns them (unless a row of their
     method is there), whether or not their data are still there; a second call gives the same
     leaderboard."""
-    done = python(repo, "sentemb.review.leaderboard")
+    done = python(repo, "sentemb.review.leaderboard", process=True)
     assert done.returncode == 0, done.stderr[-2000:]
     board = json.loads((repo / "reports" / "leaderboard.json").read_text())
     assert [row["label"] for row in board["rows"]] == ["simcse", "sscl"]

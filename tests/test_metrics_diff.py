@@ -4,20 +4,15 @@ than `compare.noise` labelled noise; DVC's JSON read without DVC, then a real gi
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import re
 import subprocess
-import sys
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
-from unittest.mock import patch
 
 import pytest
 import yaml
 
-from sentemb.cli import run
 from sentemb.review.diff import (
     Change,
     MetricsDiffError,
@@ -27,9 +22,9 @@ from sentemb.review.diff import (
     label,
     table,
 )
-from sentemb.review.metrics_diff import main
 
 from support.repos import git, git_dvc_repo
+from support.stages import run_module
 
 DIFF = {
     "metrics/runs/1/sts.json": {
@@ -122,23 +117,10 @@ def test_a_pipe_in_a_path_or_metric_keeps_the_columns() -> None:
 
 
 def metrics_diff(repo: Path, *args: str, process: bool = False) -> subprocess.CompletedProcess:
-    """The command's exit status, stdout and stderr, run from `repo`: in this process (a Python
-    and its imports per run were most of this file's time), or `process` as `python -m`."""
-    if process:
-        env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
-        command = [sys.executable, "-m", "sentemb.review.metrics_diff", *args]
-        return subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True)
-    out, err, status, here = io.StringIO(), io.StringIO(), 0, Path.cwd()
-    os.chdir(repo)
-    try:
-        argv = patch.object(sys, "argv", ["metrics_diff", *args])
-        with redirect_stdout(out), redirect_stderr(err), argv:
-            run(main)
-    except SystemExit as exit:
-        status = exit.code
-    finally:
-        os.chdir(here)
-    return subprocess.CompletedProcess(args, status, out.getvalue(), err.getvalue())
+    """`python -m sentemb.review.metrics_diff <args>` run from `repo` (in this process unless
+    `process`): its exit status, stdout and stderr."""
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
+    return run_module("sentemb.review.metrics_diff", list(args), repo, env, process=process)
 
 
 @pytest.mark.slow

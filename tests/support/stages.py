@@ -1,11 +1,13 @@
-"""Stage scripts run in this process as `python stages/<script>` would run them (`run_stage`),
-without their seconds of imports, and what they are given: a params file, a data folder, the
-inputs a command reads. Their errors are read with `last_error`."""
+"""Stage scripts and commands run in this process as `python stages/<script>` and `python -m`
+would run them (`run_stage`, `run_module`), without their seconds of imports, and what they are
+given: a params file, a data folder, the inputs a command reads. Their errors are read with
+`last_error`."""
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import io
 import json
 import logging
@@ -17,12 +19,12 @@ import sys
 import traceback
 import urllib.request
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import yaml
 
-from sentemb.cli import Parser
+from sentemb.cli import Parser, run
 from sentemb.config import read_yaml
 from sentemb.data.sources import DATASETS
 
@@ -55,16 +57,60 @@ def run_stage(
     process: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """`python stages/<script> <args>` (or `script` itself when it is a path) in `cwd` with
-    `env` as the environment (default: this one's): its exit status, stdout and stderr.
+    `env` as the environment (default: this one's): its exit status, stdout and stderr, run as
+    `run_command` does."""
+    path = Path(script) if os.sep in script else REPO / "stages" / script
+    return run_command(
+        [str(path), *args],
+        lambda: runpy.run_path(str(path), run_name="__main__"),
+        cwd,
+        env,
+        process=process,
+        first_on_path=path.parent,  # as `python script` puts the script's folder first
+    )
 
-    Run in this process unless `process`: the stage's log lines, Python's warnings and any
+
+def run_module(
+    module: str,
+    args: list[str],
+    cwd: Path,
+    env: Mapping[str, str] | None = None,
+    *,
+    process: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """`python -m <module> <args>` (a command whose `__main__` runs `cli.run(main)`) in `cwd`,
+    run as `run_command` does."""
+    spec = importlib.util.find_spec(module)
+    assert spec is not None and spec.origin is not None, module
+    return run_command(
+        [spec.origin, *args],
+        lambda: run(importlib.import_module(module).main),
+        cwd,
+        env,
+        process=process,
+        python_args=["-m", module],
+    )
+
+
+def run_command(
+    argv: list[str],
+    main: Callable[[], object],
+    cwd: Path,
+    env: Mapping[str, str] | None,
+    *,
+    process: bool,
+    first_on_path: Path | None = None,
+    python_args: list[str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """`main` with `sys.argv` as `argv`: its exit status, stdout and stderr.
+
+    Run in this process unless `process`: the command's log lines, Python's warnings and any
     traceback go to the stderr returned, as a subprocess's would, and this process's working
     folder, environment, argv, logging, warnings and urllib opener are set back after. That
-    saves the 4-5 s of imports a new interpreter pays per stage. `process=True` starts a real
-    `python` for tests whose subject is the process itself (its hash seed, locale or time zone,
-    a signal)."""
-    path = Path(script) if os.sep in script else REPO / "stages" / script
-    command = [sys.executable, str(path), *args]
+    saves the 4-5 s of imports a new interpreter pays per command. `process=True` starts a real
+    `python` (with `python_args`, else `argv[0]`) for tests whose subject is the process itself
+    (its hash seed, locale or time zone, a signal)."""
+    command = [sys.executable, *(python_args or argv[:1]), *argv[1:]]
     if process:
         return subprocess.run(
             command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600
@@ -80,10 +126,11 @@ def run_stage(
             os.environ.clear()
             os.environ.update(env)
         os.chdir(cwd)
-        urllib.request.install_opener(None)  # the stage's urlopen reads its own environment
-        sys.argv = [str(path), *args]
-        sys.path.insert(0, str(path.parent))  # as `python script` puts the script's folder first
-        root.handlers = []  # the stage's logging.basicConfig then logs to `stderr`, as alone
+        urllib.request.install_opener(None)  # the command's urlopen reads its own environment
+        sys.argv = list(argv)
+        if first_on_path is not None:
+            sys.path.insert(0, str(first_on_path))
+        root.handlers = []  # the command's logging.basicConfig then logs to `stderr`, as alone
         with (
             contextlib.redirect_stdout(stdout),
             contextlib.redirect_stderr(stderr),
@@ -95,7 +142,7 @@ def run_stage(
             warnings.simplefilter("ignore", ResourceWarning)
             warnings.showwarning = show_warning
             try:
-                runpy.run_path(str(path), run_name="__main__")
+                main()
             except SystemExit as exit:
                 if isinstance(exit.code, int) or exit.code is None:
                     status = exit.code or 0
