@@ -27,6 +27,7 @@ if "PYTEST_XDIST_WORKER_COUNT" in os.environ:  # `pytest -n N`: N workers share 
     torch.set_num_threads(THREADS)
 
 
+@pytest.hookimpl(trylast=True)  # after `-m` and `-k` deselect
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Modules that hold a `slow` test first, then the most tests first (xdist's own order).
     `make test` hands each module to one worker in this order (`--dist loadscope

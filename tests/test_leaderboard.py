@@ -502,9 +502,8 @@ def test_a_run_read_from_git_alone_takes_its_autocast_from_the_board(
 
 
 def rebuild(clone: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
-    """The leaderboard `clone` gives, built in this process as the command builds it (a
-    subprocess per call spent seconds importing; the command itself is run where its output
-    or exit status is what a test checks)."""
+    """The leaderboard `clone` gives, built by the command's `main` with its exceptions let
+    through (`python()` turns them into an exit status and stderr, as the command does)."""
     monkeypatch.chdir(clone)
     monkeypatch.setattr(sys, "argv", ["leaderboard"])
     leaderboard_module.main()

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import traceback
+import unittest.mock
 import urllib.request
 import warnings
 from collections.abc import Callable, Mapping
@@ -82,9 +83,15 @@ def run_module(
     run as `run_command` does."""
     spec = importlib.util.find_spec(module)
     assert spec is not None and spec.origin is not None, module
+
+    def main() -> None:
+        command = importlib.import_module(module)
+        with unittest.mock.patch.dict(sys.modules, {"__main__": command}):  # `cli.program()`
+            run(command.main)
+
     return run_command(
         [spec.origin, *args],
-        lambda: run(importlib.import_module(module).main),
+        main,
         cwd,
         env,
         process=process,
