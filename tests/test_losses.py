@@ -88,3 +88,42 @@ def test_the_head_exists_only_for_contrastive_objectives(tiny_st, tmp_path: Path
     assert method_loss("simcse", tiny_st).own_parameters()
     paser = method_loss("paser", tiny_st, {"paser": paser_params(tmp_path)})
     assert not any(name.startswith("head.") for name, _ in paser.named_parameters())
+
+
+def test_no_call_argument_gives_every_layer(tiny_st) -> None:
+    """sentence-transformers hands the pooling modules every layer only where the backbone's
+    config says so, whatever the call asks: the one reason `losses.every_layer` flips it for
+    the call. Once a call's argument gives them, this fails and the switch can go."""
+    features = tiny_st.tokenize(["a sentence", "another one"])
+    out = tiny_st({**features, "output_hidden_states": True})
+    assert "all_layer_embeddings" not in out
+    assert tiny_st[0].auto_model.config.output_hidden_states is False
+
+
+@pytest.mark.parametrize("before", [False, True])
+@pytest.mark.parametrize("spec", ["simcse", "sscl", "sscl+paser"])
+def test_a_forward_leaves_the_model_config_as_it_was(
+    tiny_st, tmp_path: Path, spec: str, before: bool
+) -> None:
+    """The model's config is the same object every other user of the model reads (its
+    evaluation, a save): a loss's forward, failed or not, leaves it as it was."""
+    from support.training import paser_params
+
+    config = tiny_st[0].auto_model.config
+    config.output_hidden_states = before
+    loss = method_loss(spec, tiny_st, {"paser": paser_params(tmp_path)})
+    features = tiny_st.tokenize(SENTENCES[:4])
+    seen = []
+    forward = tiny_st[0].auto_model.forward
+
+    def watch(*args, **kwargs):
+        seen.append(config.output_hidden_states)
+        return forward(*args, **kwargs)
+
+    tiny_st[0].auto_model.forward = watch
+    assert all(torch.isfinite(t) for t in loss([dict(features)]).values())
+    assert config.output_hidden_states is before
+    assert set(seen) == {before or "sscl" in spec}
+    with pytest.raises(RuntimeError):
+        loss([{**features, "input_ids": features["input_ids"][:, :0] - 1}])
+    assert config.output_hidden_states is before

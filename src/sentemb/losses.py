@@ -30,7 +30,8 @@ from __future__ import annotations
 import functools
 import operator
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -154,8 +155,10 @@ class MethodLoss(nn.Module):
             raise KeyError(f"loss state: missing {missing}, unexpected {unexpected}")
 
     def encode(self, features: dict[str, Any]) -> EncoderOutput:
-        """One forward pass of the model being trained (through its DDP or compiled wrapper)."""
-        out = self.model(features)
+        """One forward pass of the model being trained (through its DDP or compiled wrapper),
+        with every layer's token vectors where a part or the pooler reads them (SSCL)."""
+        with every_layer(self._transformer[0], self.hidden_states):
+            out = self.model(features)
         hidden = out.get("all_layer_embeddings") or (out["token_embeddings"],)
         return EncoderOutput(out["sentence_embedding"], tuple(hidden), out["attention_mask"])
 
@@ -185,12 +188,7 @@ class MethodLoss(nn.Module):
         views = Views(batch, self.encode, self.head, self.project, inputs)
         training = self.model.training
         state = TrainState(self.step, self.total_steps, self.generator)
-        config = self._transformer[0].auto_model.config
-        hidden_states, config.output_hidden_states = config.output_hidden_states, self.hidden_states
-        try:  # every layer, for the parts that pool them (SSCL), in this forward pass only
-            terms, logs = self.objective(views, state)
-        finally:
-            config.output_hidden_states = hidden_states
+        terms, logs = self.objective(views, state)
         self.last = functools.reduce(operator.add, terms.values()).detach()
         if training:
             self.step += 1
@@ -239,6 +237,29 @@ class MethodLoss(nn.Module):
         """What the parts keep beside the saved model (PaSeR's decoder)."""
         for part in self.parts.values():
             part.save(folder)
+
+
+@contextmanager
+def every_layer(transformer: nn.Module, wanted: bool) -> Iterator[None]:
+    """While the model runs, make sentence-transformers' `Transformer` module hand every
+    layer's token vectors (`all_layer_embeddings`) to the pooling modules, where `wanted`.
+
+    It does so only where its backbone's config says `output_hidden_states` (6.1:
+    `Transformer.forward`); no argument of a call asks for it (a feature of that name reaches
+    the backbone, whose layers are then dropped). So the switch is flipped for this call of the
+    model alone, and only for a loss that reads the layers: no other forward ever sees it.
+    `tests/test_losses.py::test_no_call_argument_gives_every_layer` fails once the library
+    takes such an argument, and this can go.
+    """
+    if not wanted:
+        yield
+        return
+    config = transformer.auto_model.config
+    before, config.output_hidden_states = config.output_hidden_states, True
+    try:
+        yield
+    finally:
+        config.output_hidden_states = before
 
 
 def clear_own_gradients(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:

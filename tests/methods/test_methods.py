@@ -152,3 +152,43 @@ def test_dclr_zeroes_negatives_the_complementary_model_finds_similar(
     expected = (math.log(E + 1) - 1 + math.log(E + 1 / E) - 1 + math.log(2 + 1 / E)) / 3
     assert output.loss.item() == pytest.approx(expected, rel=1e-6)
     assert output.logs["dclr/zeroed_share"] == pytest.approx(2 / 6)
+
+
+def linear_views(weight: torch.Tensor) -> Views:
+    """Views of a real batch whose encoder is a linear map (`weight`), through a tanh head."""
+    batch = {"input_ids": torch.tensor([[1.0, 2.0], [3.0, -1.0]])}
+    encode = lambda features: EncoderOutput(  # noqa: E731
+        features["input_ids"] @ weight, (features["input_ids"] @ weight,), torch.ones(4, 1)
+    )
+    return Views(batch, encode, torch.tanh, lambda view, layer: view.pooled)
+
+
+READERS = {
+    "no_grad": torch.no_grad,
+    "inference_mode": torch.inference_mode,
+    "autocast off": lambda: torch.autocast("cpu", enabled=False),
+}
+
+
+@pytest.mark.parametrize("reader", READERS.values(), ids=READERS.keys())
+@pytest.mark.parametrize("value", ["anchors", "positives", "pair", "encode", "project"])
+def test_views_compute_in_the_loss_mode_whoever_reads_first(reader, value: str) -> None:
+    """A value first read under `no_grad`, in inference mode or with autocast off (a part's
+    log, an fp32 helper) is the one the objective then differentiates: it has the graph and
+    the precision of the forward the views were made in (here bf16 autocast with grad)."""
+    weight = torch.randn(2, 3, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        views = linear_views(weight)
+    reads = {
+        "anchors": lambda: views.anchors,
+        "positives": lambda: views.positives,
+        "pair": lambda: views.first.pooled,
+        "encode": lambda: views.encode(views.batch).pooled,
+        "project": lambda: views.project(views.pair[1], -2),
+    }
+    with reader():
+        first = reads[value]()
+    assert first.requires_grad and first.dtype == torch.bfloat16
+    assert reads[value]() is first or value in ("encode", "project")
+    first.float().sum().backward()
+    assert weight.grad is not None and weight.grad.abs().sum() > 0

@@ -16,8 +16,8 @@ from sentemb.methods.paser import (
     MaskedCopy,
     decoder_targets,
     decoding_signal,
-    generative_loss,
     mask_phrases,
+    summed_cross_entropy,
 )
 from sentemb.phrases import PhrasesConfig, extract, phrase_span, read_phrase_spans
 from sentemb.reconstruct import reconstruct
@@ -55,7 +55,7 @@ def test_decoding_signal_eq2_by_hand() -> None:
     assert signal.tolist() == expected
 
 
-def test_generative_loss_eq3_by_hand() -> None:
+def test_summed_cross_entropy_eq3_by_hand() -> None:
     pad = 1
     logits = torch.tensor(
         [
@@ -67,7 +67,7 @@ def test_generative_loss_eq3_by_hand() -> None:
     keep = targets != pad
     # sentence 1: -ln(3/5) - ln(2/4); sentence 2: -ln(1/3); eq. 3 sums tokens, batch mean
     expected = (-math.log(0.6) - math.log(0.5) + math.log(3)) / 2
-    loss = generative_loss(logits[keep], targets[keep], sentences=2)
+    loss = summed_cross_entropy(logits[keep], targets[keep], count=2)
     assert loss.item() == pytest.approx(expected, rel=1e-6)
 
 

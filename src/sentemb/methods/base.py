@@ -9,11 +9,12 @@ that composes the parts (`method: iscse+dclr` builds both and sums what they add
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, wraps
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -25,12 +26,45 @@ from sentemb.methods.functional import gather_with_grad, info_nce
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
+T = TypeVar("T")
+
 
 @dataclass
 class SimCSEConfig:
     """Params section `simcse`: the base objective every method builds on."""
 
     temperature: Temperature = 0.05
+
+
+class LossMode:
+    """The grad mode (inference mode too) and autocast a loss's forward runs in, to re-enter:
+    every value the views compute is computed in it, whoever reads it first and from where (a
+    part's log under `torch.no_grad`, a function that turns autocast off), so a tensor the
+    objective differentiates is never one cached without its graph or in another precision."""
+
+    def __init__(self, device_type: str) -> None:
+        self.device_type = device_type
+        self.grad = torch.is_grad_enabled()
+        self.inference = torch.is_inference_mode_enabled()
+        self.autocast = torch.is_autocast_enabled(device_type)
+        self.dtype = torch.get_autocast_dtype(device_type)
+
+    @contextmanager
+    def __call__(self) -> Iterator[None]:
+        autocast = torch.autocast(self.device_type, self.dtype, enabled=self.autocast)
+        with torch.inference_mode(self.inference), torch.set_grad_enabled(self.grad), autocast:
+            yield
+
+
+def in_loss_mode(compute: Callable[..., T]) -> Callable[..., T]:
+    """A method of `Views` that computes in the loss's mode (`LossMode`)."""
+
+    @wraps(compute)
+    def computed(views: Views, *args: Any) -> T:
+        with views.mode():
+            return compute(views, *args)
+
+    return computed
 
 
 @dataclass
@@ -43,20 +77,37 @@ class Views:
     processes with gradient (the global batch). `project` pools and projects any hidden layer of
     a view the way the last one was. `encode` lets a part encode inputs of its own (PaSeR's
     copies, which `inputs` holds when the data collator prepared them off the step).
+
+    Everything here is computed in the mode the views were made in (the loss's forward:
+    `LossMode`) and carries its graph: a part that wants a constant detaches it.
     """
 
     batch: dict[str, Any]
-    encode: Callable[[dict[str, Any]], EncoderOutput]
-    head: Callable[[Tensor], Tensor]
-    project: Callable[[EncoderOutput, int], Tensor]
+    _encode: Callable[[dict[str, Any]], EncoderOutput]
+    _head: Callable[[Tensor], Tensor]
+    _project: Callable[[EncoderOutput, int], Tensor]
     inputs: dict[str, dict[str, Tensor]] = field(default_factory=dict)
+    mode: LossMode = field(init=False)
+
+    def __post_init__(self) -> None:
+        tensors = [v for v in self.batch.values() if isinstance(v, Tensor)]
+        self.mode = LossMode(tensors[0].device.type if tensors else "cpu")
+
+    @in_loss_mode
+    def encode(self, features: dict[str, Any]) -> EncoderOutput:
+        return self._encode(features)
+
+    @in_loss_mode
+    def project(self, view: EncoderOutput, layer: int) -> Tensor:
+        return self._project(view, layer)
 
     @cached_property
+    @in_loss_mode
     def pair(self) -> tuple[EncoderOutput, EncoderOutput]:
         doubled = {
             k: torch.cat([v, v]) if isinstance(v, Tensor) else v for k, v in self.batch.items()
         }
-        return split_views(self.encode(doubled))
+        return split_views(self._encode(doubled))
 
     @property
     def first(self) -> EncoderOutput:
@@ -67,12 +118,14 @@ class Views:
         return self.pair[1]
 
     @cached_property
+    @in_loss_mode
     def anchors(self) -> Tensor:
-        return gather_with_grad(self.head(self.first.pooled))
+        return gather_with_grad(self._head(self.first.pooled))
 
     @cached_property
+    @in_loss_mode
     def positives(self) -> Tensor:
-        return gather_with_grad(self.head(self.second.pooled))
+        return gather_with_grad(self._head(self.second.pooled))
 
 
 def split_views(output: EncoderOutput) -> tuple[EncoderOutput, EncoderOutput]:

@@ -228,8 +228,8 @@ class DCLR(Method):
 
     @torch.no_grad()
     def _complementary_similarities(self, views: Views) -> torch.Tensor:
-        model = self._complementary[0].to(views.anchors.device)
         batch = views.batch
+        model = self._complementary[0].to(batch["input_ids"].device)
         features = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
         embeddings = model(features)["sentence_embedding"]
         embeddings = gather_with_grad(embeddings.float())

@@ -33,6 +33,7 @@ from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBas
 from sentemb.config import ConfigError, Count, NonNegative, Range
 from sentemb.data.augment import EDA, EDA_OPERATIONS
 from sentemb.methods.base import Method, Objective, TrainState, Views
+from sentemb.methods.functional import in_fp32
 from sentemb.methods.paser.decoder import (
     DECODER_DIR,
     DecoderConfig,
@@ -135,13 +136,15 @@ def decoding_signal(e_s: Tensor, e_masked: Tensor, m: float, n: float) -> Tensor
     )
 
 
-def generative_loss(logits: Tensor, targets: Tensor, sentences: int | Tensor) -> Tensor:
-    """Eq. 3: -sum_i log P(t_i | t_<i, signal) per sentence, averaged over the `sentences`
-    (the sum over every sentence's tokens, divided by their number).
+@in_fp32
+def summed_cross_entropy(logits: Tensor, targets: Tensor, count: int | Tensor) -> Tensor:
+    """The tokens' cross-entropies summed and divided by `count`, in fp32 at least.
 
-    `logits` (N, vocab) and `targets` (N,) are the N target tokens of the batch (no padding).
+    Eq. 3 with `count` the sentences: -sum_i log P(t_i | t_<i, signal) per sentence, averaged
+    over them; eq. 4's MLM term with `count` the masked tokens. `logits` (N, vocab) and
+    `targets` (N,) are the N scored tokens of the batch (no padding).
     """
-    return F.cross_entropy(logits, targets, reduction="sum") / sentences
+    return F.cross_entropy(logits, targets, reduction="sum") / count
 
 
 class PaSeRInputs:
@@ -322,9 +325,7 @@ class PaSeR(Method):
             hidden = self.decoder(signal, inputs["decoder_inputs"], self.embeddings)
             chosen = hidden.flatten(0, 1).index_select(0, inputs["decoder_positions"])
             logits = self.decoder.logits(chosen, self.embeddings)
-            generative = scale * generative_loss(
-                logits.float(), inputs["decoder_targets"], sentences
-            )
+            generative = scale * summed_cross_entropy(logits, inputs["decoder_targets"], sentences)
         objective.terms["paser/generative"] = self.config.generative_weight * generative
         objective.logs["paser/masked_share"] = phrases / size
         if mlm:
@@ -334,7 +335,7 @@ class PaSeR(Method):
             masked, scale = global_count(chosen.shape[0], logits.device)
             if chosen.shape[0]:  # only masked positions are scored: no vocab-wide logits
                 targets = inputs["mlm_targets"]
-                loss = scale * F.cross_entropy(logits.float(), targets, reduction="sum") / masked
+                loss = scale * summed_cross_entropy(logits, targets, masked)
             else:  # no token masked: no target, the term is 0 (the head stays in the graph)
                 loss = logits.sum() * 0.0
             objective.terms["paser/mlm"] = self.config.mlm_weight * loss
