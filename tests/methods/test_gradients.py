@@ -252,3 +252,26 @@ def test_the_sentences_are_told_apart(wide_model_dir: Path, phrases: dict) -> No
     off_diagonal = cosines[~torch.eye(8, dtype=torch.bool)]
     assert float(off_diagonal.max()) < 0.99
     assert float((off_diagonal < 0.9).double().mean()) > 0.5
+
+
+CONTRASTIVE = sorted({spec for spec, _ in CASES if spec != "paser"})
+
+
+@pytest.mark.parametrize("spec", CONTRASTIVE)
+def test_a_training_forward_leaves_the_views_with_their_graph(
+    wide_model_dir: Path, phrases: dict, spec: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whichever part reads the anchors and positives first (SSCL under `no_grad` for its log,
+    DCLR for its complementary model), a training forward leaves them with their graph."""
+    loss = build(wide_model_dir, spec, {}, phrases)
+    loss.train()
+    seen = []
+    objective = loss.objective
+
+    def keep(views, state):
+        seen.append(views)
+        return objective(views, state)
+
+    monkeypatch.setattr(loss, "objective", keep)
+    loss([dict(loss.model.tokenize(SENTENCES))])
+    assert seen[0].anchors.requires_grad and seen[0].positives.requires_grad
