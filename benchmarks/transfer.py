@@ -50,7 +50,7 @@ from sentemb.evaluation.base import SentenceEncoder
 from sentemb.evaluation.encoders import load_encoder
 from sentemb.evaluation.transfer import TRANSFER_TASKS, TransferConfig, TransferEvaluator
 from sentemb.model_config import ModelConfig
-from sentemb.review.readers import revision_reader
+from sentemb.results.readers import revision_reader
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU_RUNS = {"amd": "4ac9f16", "amx": "1d8c4a5"}  # the default run on each CPU kind

@@ -20,8 +20,8 @@ from sentemb.clock import SECONDS
 from sentemb.config import load_params
 from sentemb.io import atomic_path, check_folder, check_output, numbers, write_json
 from sentemb.report.summary import stage_seconds, summarize
-from sentemb.review.readers import folder_reader
-from sentemb.review.runs import load
+from sentemb.results.readers import folder_reader
+from sentemb.results.runs import load
 from sentemb.tracking import mlflow_run
 
 log = logging.getLogger("summary")

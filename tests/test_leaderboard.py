@@ -16,12 +16,12 @@ import yaml
 
 from sentemb.config import UserError
 from sentemb.registry import SUITES
+from sentemb.results.readers import MissingResults, folder_reader
+from sentemb.results.revisions import git_remote
+from sentemb.results.runs import SCORES, committed_files
 from sentemb.review import board as board_module
 from sentemb.review import leaderboard as leaderboard_module
 from sentemb.review import render, revisions
-from sentemb.review.readers import MissingResults, folder_reader
-from sentemb.review.revisions import git_remote
-from sentemb.review.runs import SCORES, committed_files
 from sentemb.training.config import BUILT_IN
 
 from support.experiments import fake_experiment, write_experiment

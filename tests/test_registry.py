@@ -30,3 +30,14 @@ def test_each_module_registers_the_class_named_after_it(name: str) -> None:
         assert (entry.name, entry.cls.name) == (key, key)
         assert entry.cls.__module__ == f"{found.package}.{key}"
         assert callable(entry.config)  # its params section's dataclass
+
+
+def test_every_method_section_is_a_method_config() -> None:
+    """The run checks every method's section through `MethodConfig.run_problems`: a section
+    that is no `MethodConfig` would have no such check to call."""
+    from sentemb.methods.base import Method, MethodConfig
+    from sentemb.registry import METHODS
+
+    for entry in METHODS.values():
+        assert issubclass(entry.config, MethodConfig), entry.name
+        assert issubclass(entry.cls, Method), entry.name

@@ -26,11 +26,16 @@ from sentemb.model_checks import (
     check_length,
     check_pooling,
     check_vocabulary,
-    loading_errors,
     pad_tokenizer,
     suspects,
 )
-from sentemb.model_files import POOLER_FILE, check_model_folder, resolve_model, saved_pooler
+from sentemb.model_files import (
+    POOLER_FILE,
+    check_model_folder,
+    loading_errors,
+    resolve_model,
+    saved_pooler,
+)
 from sentemb.pooling import POOLERS, check_pooler, pool
 from sentemb.precision import autocast
 

@@ -15,20 +15,40 @@ zero, when vectors are refused (`suspects`).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import torch
+from torch import nn
 
 from sentemb.config import ConfigError
-from sentemb.model_files import remote_code_refused
 from sentemb.pooling import POOLERS, check_pooler, cls_vector
 from sentemb.precision import autocast_dtype
 
-if TYPE_CHECKING:
-    from sentemb.encoder import Encoder
+
+class Encoder(Protocol):
+    """What the checks read of a loaded model: `sentemb.encoder.Encoder` is one."""
+
+    backbone: nn.Module
+    tokenizer: Any
+    name: str  # the model's name or folder
+    label: str  # the param and model, for errors
+    untrained: frozenset[str]  # weights the checkpoint lacks
+    precision: str
+    pooler: str
+    max_length: int
+
+    @property
+    def positions(self) -> int: ...
+
+    @property
+    def device(self) -> torch.device: ...
+
+    def modules(self) -> Iterator[nn.Module]: ...
+
+    def eval(self) -> Any: ...
+
 
 log = logging.getLogger(__name__)
 ENCODER_DECODER = (
@@ -36,23 +56,6 @@ ENCODER_DECODER = (
     "the token vectors of one encoder; use an encoder-only model (BERT-like), or a decoder-only "
     "one with mean pooling"
 )
-
-
-@contextlib.contextmanager
-def loading_errors(param: str, name_or_path: str) -> Iterator[None]:
-    """Loading a model as one `ConfigError` naming `param`: transformers' refusal of custom code
-    on a hub model, damaged files, a hub model without safetensors."""
-    from safetensors import SafetensorError
-
-    try:
-        yield
-    except ValueError as err:
-        if "trust_remote_code" not in str(err):
-            raise
-        raise ConfigError(remote_code_refused(param, name_or_path)) from err
-    except (OSError, SafetensorError) as err:
-        reason = " ".join(str(err).split())[:500]
-        raise ConfigError(f"{param}: {name_or_path}: cannot be loaded: {reason}") from err
 
 
 def check_vocabulary(tokenizer, backbone, param: str, name_or_path: str) -> None:

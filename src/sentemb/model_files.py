@@ -9,9 +9,11 @@ asking for its own code while `trust_remote_code` is false.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,14 +60,29 @@ def hidden_layers(name_or_path: str, trust_remote_code: bool, param: str) -> int
     config alone: no weights are loaded."""
     from transformers import AutoConfig
 
-    from sentemb.model_checks import loading_errors
-
     path = resolve_model(name_or_path, param)
     if Path(path).is_dir():
         check_model_folder(Path(path), trust_remote_code, param)
     with loading_errors(param, name_or_path):
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
     return config.num_hidden_layers
+
+
+@contextlib.contextmanager
+def loading_errors(param: str, name_or_path: str) -> Iterator[None]:
+    """Loading a model as one `ConfigError` naming `param`: transformers' refusal of custom code
+    on a hub model, damaged files, a hub model without safetensors."""
+    from safetensors import SafetensorError
+
+    try:
+        yield
+    except ValueError as err:
+        if "trust_remote_code" not in str(err):
+            raise
+        raise ConfigError(remote_code_refused(param, name_or_path)) from err
+    except (OSError, SafetensorError) as err:
+        reason = " ".join(str(err).split())[:500]
+        raise ConfigError(f"{param}: {name_or_path}: cannot be loaded: {reason}") from err
 
 
 def looks_like_path(name: str) -> bool:

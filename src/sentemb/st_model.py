@@ -17,7 +17,7 @@ from sentence_transformers.base.modules import Module
 from torch import nn
 
 from sentemb.config import ConfigError
-from sentemb.model_files import check_model_folder, resolve_model
+from sentemb.model_files import check_model_folder, loading_errors, resolve_model
 from sentemb.pooling import POOLERS, check_pooler, pool
 
 if TYPE_CHECKING:
@@ -74,12 +74,7 @@ def st_model(
     from transformers import AutoConfig
     from transformers.utils import logging as transformers_logging
 
-    from sentemb.model_checks import (
-        ENCODER_DECODER,
-        check_vocabulary,
-        loading_errors,
-        pad_tokenizer,
-    )
+    from sentemb.model_checks import ENCODER_DECODER, check_vocabulary, pad_tokenizer
 
     if not sys.stderr.isatty():  # their bars (loading weights, writing them) garble a log file
         transformers_logging.disable_progress_bar()

@@ -23,16 +23,13 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from sentemb.methods.base import Method, Objective, TrainState, Views
+from sentemb.methods.base import Method, MethodConfig, Objective, TrainState, Views
 from sentemb.registry import register_method
 
 
 @dataclass
-class ProbeConfig:
+class ProbeConfig(MethodConfig):
     weight: float = 0.5
-
-    def validate(self) -> list[str]:
-        return []
 
 
 def view_distance(anchors: Tensor, positives: Tensor) -> Tensor:

@@ -1,8 +1,10 @@
-"""The house's size limits (issue 55): no module over 450 lines, benchmarks' README at most
-15 KB of current figures (history goes to benchmarks/history.md)."""
+"""The house's shape: no module over 450 lines, benchmarks' README at most 15 KB of current
+figures (history goes to benchmarks/history.md), and the layers of docs/extending.md: no import
+runs up a layer, none comes back in a circle."""
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -28,3 +30,112 @@ def test_benchmarks_readme_holds_current_figures_only() -> None:
     assert size <= MAX_BENCHMARKS_README, (
         f"benchmarks/README.md: {size} bytes; move older rows to benchmarks/history.md"
     )
+
+
+def layers() -> dict[str, int]:
+    """Each module or package of `src/sentemb` -> its layer (0 the lowest), from the list in
+    docs/extending.md's "Layers"."""
+    text = (REPO / "docs" / "extending.md").read_text(encoding="utf-8")
+    block = text.split("## Layers", 1)[1].split("```", 2)[1]
+    lines = [line for line in block.splitlines() if line.strip()]
+    return {
+        f"sentemb.{name.strip()}": len(lines) - 1 - rank
+        for rank, line in enumerate(lines)
+        for name in line.split(",")
+    }
+
+
+def imports() -> dict[str, set[str]]:
+    """Every module of `src/sentemb` -> the modules of it that it imports anywhere (at the top,
+    under `TYPE_CHECKING`, inside a function)."""
+    root = REPO / "src"
+    modules = {
+        ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): path
+        for path in root.rglob("*.py")
+    }
+
+    def module_of(name: str) -> str | None:  # `sentemb.a.b.C` -> `sentemb.a.b`
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {}
+    for name, path in modules.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                targets = [f"{node.module}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            found |= {module_of(t) for t in targets if t.split(".")[0] == "sentemb"}
+        graph[name] = found - {name, None}
+    return graph
+
+
+def layer_of(module: str, table: dict[str, int]) -> int | None:
+    """The layer of `module`: its own line, else its package's."""
+    while module and module not in table:
+        module = module.rpartition(".")[0]
+    return table.get(module)
+
+
+def test_every_module_has_a_layer() -> None:
+    table = layers()
+    unplaced = sorted(m for m in imports() if m != "sentemb" and layer_of(m, table) is None)
+    assert not unplaced, f"add them to a line of docs/extending.md's Layers: {unplaced}"
+
+
+def test_no_import_runs_up_a_layer() -> None:
+    table = layers()
+    upward = sorted(
+        f"{module} -> {target}"
+        for module, targets in imports().items()
+        for target in targets
+        if module != "sentemb" and layer_of(target, table) > layer_of(module, table)
+    )
+    assert not upward, f"imports from a higher layer (docs/extending.md, Layers): {upward}"
+
+
+def test_no_circle_of_imports() -> None:
+    graph = imports()
+    circles = [sorted(group) for group in strongly_connected(graph) if len(group) > 1]
+    assert not circles, f"modules that import each other, directly or through others: {circles}"
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[set[str]]:
+    """Tarjan's strongly connected components of `graph` (iterative, any size)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[set[str]] = []
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = set()
+                while True:
+                    member = stack.pop()
+                    group.add(member)
+                    if member == node:
+                        break
+                groups.append(group)
+    return groups

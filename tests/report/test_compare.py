@@ -16,6 +16,8 @@ from sentemb.io import numbers
 from sentemb.registry import SUITES
 from sentemb.report.stats import CompareConfig, density_bins, mean_std
 from sentemb.report.summary import aggregate, headline, summarize
+from sentemb.results.readers import MissingResults, folder_reader
+from sentemb.results.runs import RECORDS, Experiment, load
 from sentemb.review.paired import (
     PairTask,
     below_noise,
@@ -31,8 +33,6 @@ from sentemb.review.paired import (
     spearman_rows,
     verdict,
 )
-from sentemb.review.readers import MissingResults, folder_reader
-from sentemb.review.runs import RECORDS, Experiment, load
 
 from support.experiments import fake_experiment, write_experiment
 

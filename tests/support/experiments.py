@@ -13,8 +13,8 @@ from sentemb.config import load_params
 from sentemb.io import write_json
 from sentemb.registry import SUITES
 from sentemb.report.summary import scores
+from sentemb.results.runs import SCORES, TFIDF, UNTRAINED, Experiment
 from sentemb.review.paired import pair_tasks
-from sentemb.review.runs import SCORES, TFIDF, UNTRAINED, Experiment
 
 from support import REPO
 

@@ -30,7 +30,33 @@ T = TypeVar("T")
 
 
 @dataclass
-class SimCSEConfig:
+class RunShape:
+    """What a run makes of a method's params, known before it starts: the global batch
+    (`train.batch_size`), a sentence's token limit (`train.max_length`), and the model
+    (`model.name_or_path`) with its depth in hidden layers, read from its config on first use."""
+
+    batch_size: int
+    max_length: int
+    model: str
+    read_depth: Callable[[], int] = field(repr=False)
+
+    @cached_property
+    def depth(self) -> int:
+        return self.read_depth()
+
+
+@dataclass
+class MethodConfig:
+    """The base of a method's params section (its dataclass, registered with the method)."""
+
+    def run_problems(self, run: RunShape) -> list[str]:
+        """What is wrong with this section for `run`, each starting with the param's key (the
+        run refuses to start naming `<method>.<problem>`); [] by default."""
+        return []
+
+
+@dataclass
+class SimCSEConfig(MethodConfig):
     """Params section `simcse`: the base objective every method builds on."""
 
     temperature: Temperature = 0.05

@@ -45,7 +45,7 @@ from sentemb.config import (
     Probability,
     Temperature,
 )
-from sentemb.methods.base import Method, Objective, TrainState, Views
+from sentemb.methods.base import Method, MethodConfig, Objective, RunShape, TrainState, Views
 from sentemb.methods.functional import (
     NORM_EPS,
     Reduction,
@@ -63,8 +63,6 @@ from sentemb.registry import register_method
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
-
-    from sentemb.training.config import TrainConfig
 
 
 def noise_negatives(
@@ -190,7 +188,7 @@ def complementary_weights(comp_sims: Tensor, phi: float) -> ComplementaryWeights
 
 
 @dataclass
-class DCLRConfig:
+class DCLRConfig(MethodConfig):
     """Params section `dclr` (the paper's §5.1 values)."""
 
     noise_ratio: NonNegative = 1.0
@@ -202,13 +200,13 @@ class DCLRConfig:
     complementary_model: str | None = None
     complementary_pooler: str = "auto"
 
-    def run_problems(self, train: TrainConfig) -> list[str]:
-        """What `train` makes of this section: `noise_ratio` (unless 0, off) must give at least
-        one noise negative per global batch (`train.batch_size`), and no more than torch takes."""
-        noise = self.noise_ratio * train.batch_size  # k, rounded half up (`noise_negatives`)
+    def run_problems(self, run: RunShape) -> list[str]:
+        """`noise_ratio` (unless 0, off) must give at least one noise negative per global
+        batch (`train.batch_size`), and no more than torch takes."""
+        noise = self.noise_ratio * run.batch_size  # k, rounded half up (`noise_negatives`)
         if self.noise_ratio and not 0.5 <= noise < LARGEST.high + 0.5:
             return [
-                f"noise_ratio: {self.noise_ratio} x train.batch_size {train.batch_size} is "
+                f"noise_ratio: {self.noise_ratio} x train.batch_size {run.batch_size} is "
                 f"{noise:.3g} noise negatives; it must round to 1 to {LARGEST.high} "
                 "(noise_ratio: 0 turns them off)"
             ]

@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from sentemb.config import Count, NonNegative, Probability, Range
-from sentemb.methods.base import Method, Objective, TrainState, Views
+from sentemb.methods.base import Method, MethodConfig, Objective, TrainState, Views
 from sentemb.methods.functional import (
     check_temperature,
     cosine_matrix,
@@ -238,7 +238,7 @@ ONE_HOT = "cos / beta past 1000 weighs the nearest neighbour alone; smaller only
 
 
 @dataclass
-class ISCSEConfig:
+class ISCSEConfig(MethodConfig):
     """Params section `iscse` (the paper's defaults for base models)."""
 
     buffer_size: Count = 1024

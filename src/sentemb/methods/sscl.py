@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from sentemb.config import ConfigError, Range
-from sentemb.methods.base import Method, Objective, TrainState, Views
+from sentemb.methods.base import Method, MethodConfig, Objective, RunShape, TrainState, Views
 from sentemb.methods.functional import gather_with_grad
 from sentemb.registry import register_method
 
@@ -75,10 +75,10 @@ def sscl_negatives(intermediate: Sequence[Tensor], variant: SSCLVariant) -> Tens
 
 
 @dataclass
-class SSCLConfig:
+class SSCLConfig(MethodConfig):
     """Params section `sscl`."""
 
-    # hidden layers counted from the last (-1); the model's depth bounds them (`depth_problems`)
+    # hidden layers counted from the last (-1); the model's depth bounds them (`run_problems`)
     layers: list[Annotated[int, Range(high=-2)]] = field(default_factory=lambda: [-2])
     variant: Literal["self", "batch"] = "batch"
     average_with_simcse: bool = True
@@ -91,7 +91,10 @@ class SSCLConfig:
             problems.append("average_with_simcse: only meaningful with variant 'batch'")
         return problems
 
-    def depth_problems(self, depth: int, model: str) -> list[str]:
+    def run_problems(self, run: RunShape) -> list[str]:
+        return self.layer_problems(run.depth, run.model)
+
+    def layer_problems(self, depth: int, model: str) -> list[str]:
         """What is wrong with `layers` for `model` (its name or folder), of `depth` hidden
         layers."""
         return [
@@ -111,7 +114,7 @@ class SSCL(Method):
     def __init__(self, config: SSCLConfig, model: SentenceTransformer) -> None:
         super().__init__(config, model)
         encoder = model[0].auto_model.config
-        for problem in config.depth_problems(encoder.num_hidden_layers, encoder.name_or_path):
+        for problem in config.layer_problems(encoder.num_hidden_layers, encoder.name_or_path):
             raise ConfigError(f"sscl.{problem}")
         self._added: Tensor | None = None
 

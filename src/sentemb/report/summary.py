@@ -26,7 +26,7 @@ from sentemb.report import plots
 from sentemb.report.markdown import REFINED, protocol, summary
 from sentemb.report.plots import BEFORE
 from sentemb.report.stats import CompareConfig, density_bins, mean_std
-from sentemb.review.runs import PREDICTIONS, RECORD, RUNS, Experiment
+from sentemb.results.runs import PREDICTIONS, RECORD, RUNS, Experiment
 
 GEOMETRY = ("alignment", "uniformity")
 LAYERS = ("inter_layer", "token_wise")

@@ -6,9 +6,7 @@ Three commands, each a thin entry point:
     python -m sentemb.review.metrics_diff main      # every committed number, noise labelled
     python -m sentemb.review.leaderboard            # every experiment in one table
 
-and what they share: `revisions` (the repository, and the commit a name stands for),
-`readers` (a revision's files: git, the DVC cache or a remote), `runs` (one experiment's results
-read through them, else from git's copy of the per-seed scores), `paired` (the paired tests and
-the one noise rule), `diff` (committed numbers compared), `board` (the leaderboard's rows) and
-`render` (their Markdown).
+and what they share: `paired` (the paired tests and the one noise rule), `diff` (committed
+numbers compared), `board` (the leaderboard's rows) and `render` (their Markdown). They read
+results through `sentemb.results`.
 """

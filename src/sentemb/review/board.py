@@ -20,9 +20,9 @@ from sentemb.registry import SUITES
 from sentemb.report.markdown import REFINED
 from sentemb.report.stats import CompareConfig, mean_std
 from sentemb.report.summary import headline
+from sentemb.results.readers import Reader, lock_stages, revision_reader
+from sentemb.results.runs import RUNS, TFIDF, UNTRAINED, Experiment, load, read_params
 from sentemb.review.paired import TESTS, compare_pair
-from sentemb.review.readers import Reader, lock_stages, revision_reader
-from sentemb.review.runs import RUNS, TFIDF, UNTRAINED, Experiment, load, read_params
 from sentemb.training.config import BUILT_IN, TrainConfig
 
 CHAIN = ("train", "refine", "evaluate", "analyze")  # the stages of one seed's run

@@ -25,11 +25,11 @@ from sentemb.cli import Parser, points, run
 from sentemb.config import UserError, load_params, section
 from sentemb.io import flatten
 from sentemb.report.stats import CompareConfig
+from sentemb.results.readers import folder_reader, lock_stages, revision_reader
+from sentemb.results.revisions import WORKSPACE, commits, root
+from sentemb.results.runs import Experiment, load
 from sentemb.review.paired import compare, shared_seeds
-from sentemb.review.readers import folder_reader, lock_stages, revision_reader
 from sentemb.review.render import comparison
-from sentemb.review.revisions import WORKSPACE, commits, root
-from sentemb.review.runs import Experiment, load
 
 
 def stale_params(repo: Path, params: dict[str, Any]) -> list[str]:

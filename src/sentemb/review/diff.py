@@ -18,9 +18,9 @@ from sentemb.config import UserError
 from sentemb.io import flatten, numbers
 from sentemb.registry import SUITES
 from sentemb.report.markdown import table_cell
+from sentemb.results.readers import Reader, folder_reader, revision_reader
+from sentemb.results.runs import RUNS, SCORES, check_scores, check_summary_current, score_records
 from sentemb.review.paired import NOISE, below_noise
-from sentemb.review.readers import Reader, folder_reader, revision_reader
-from sentemb.review.runs import RUNS, SCORES, check_scores, check_summary_current, score_records
 
 HEADLINE_ROWS = ("trained", "untrained", "tfidf")  # metrics/summary.json's rows of scores
 HEADLINE = "metrics/summary.json"  # the only file declared as DVC metrics

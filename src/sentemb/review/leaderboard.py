@@ -29,9 +29,9 @@ from pathlib import Path
 from sentemb.cli import Parser, run
 from sentemb.config import UserError
 from sentemb.io import atomic_path, check_output, write_json
+from sentemb.results.revisions import root
 from sentemb.review.board import JSON, REPORT, build
 from sentemb.review.render import TITLE, leaderboard
-from sentemb.review.revisions import root
 
 log = logging.getLogger("leaderboard")
 

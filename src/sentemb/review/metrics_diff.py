@@ -19,7 +19,7 @@ x 100). Other metrics (losses, counts, λs, alignment) are shown without a label
 the order of their file and metric.
 
 Either form reads the repository's root from any of its folders; a revision may be a DVC
-experiment's name (`sentemb.review.revisions`). A metrics file that is not UTF-8 JSON, holds a
+experiment's name (`sentemb.results.revisions`). A metrics file that is not UTF-8 JSON, holds a
 NaN or an infinite number, a suite score that is no score x 100, or a headline value that is no
 number (which DVC would show as removed), is one error naming the revision and the file.
 """
@@ -31,6 +31,8 @@ import contextlib
 from sentemb.cli import Parser, points, run
 from sentemb.config import load_params, section
 from sentemb.report.stats import CompareConfig
+from sentemb.results.readers import MissingResults
+from sentemb.results.revisions import WORKSPACE, commits, root
 from sentemb.review.diff import (
     HEADLINE,
     changes,
@@ -40,8 +42,6 @@ from sentemb.review.diff import (
     reader,
     table,
 )
-from sentemb.review.readers import MissingResults
-from sentemb.review.revisions import WORKSPACE, commits, root
 
 
 def parser() -> Parser:

@@ -31,7 +31,7 @@ from sentemb.evaluation.base import ITEMS
 from sentemb.registry import SUITES
 from sentemb.report.markdown import REFINED
 from sentemb.report.stats import CompareConfig
-from sentemb.review.runs import Experiment
+from sentemb.results.runs import Experiment
 
 NO_DIFFERENCE = "no significant difference"
 NOISE = "noise"

@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
@@ -20,13 +20,26 @@ from sentemb.training.processes import pick_device, process_rank
 from sentemb.training.trainer import DevScore, RunCallback, RunHooks, Trainer
 
 if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
     from transformers import TrainerCallback
 
-    from sentemb.training.run import TrainingJob
+    from sentemb.losses import MethodLoss
+    from sentemb.training.config import TrainConfig
+
+
+class Job(Protocol):
+    """What the trainer is built from: `sentemb.training.run.TrainingJob` is one."""
+
+    config: TrainConfig
+    model: SentenceTransformer
+    loss: MethodLoss
+    sentences: list[str]
+    phrases: dict[str, list[tuple[int, int]]] | None
+    seed: int
 
 
 def build_trainer(
-    job: TrainingJob,
+    job: Job,
     run_dir: Path,
     hooks: RunHooks,
     resume: Path | None,

@@ -25,6 +25,7 @@ from sentemb.evaluation.base import distinct, probe, scoring
 from sentemb.identity import model_identity
 from sentemb.io import atomic_path
 from sentemb.losses import MethodLoss, contrastive, method_loss
+from sentemb.methods.base import RunShape
 from sentemb.methods.paser import PaSeRConfig
 from sentemb.model_checks import check_length
 from sentemb.model_config import ModelConfig
@@ -236,21 +237,21 @@ def check_params(params: Mapping[str, Any], spec: str) -> None:
     """What every training run reads, checked before anything starts (also before `torchrun`
     starts its processes, which would each print the error): the run plan, `train`, and the
     section of every method, whichever runs, since every one is a param of stage `train`: a typo
-    in another method's section is an error, not a silent rerun. Then the bounds on the sections
-    of the methods of `spec` that `train` sets (a config's `run_problems`) and the model's depth
-    (`depth_problems`: its config is read, not its weights)."""
+    in another method's section is an error, not a silent rerun. Then what the run makes of the
+    sections of the methods of `spec` (`MethodConfig.run_problems`: the batch, the token limit,
+    the model's depth, read from its config, not its weights)."""
     run_plan(params)
     train = section(params, "train", TrainConfig)
     configs = {entry.name: section(params, entry.name, entry.config) for entry in METHODS.values()}
     model = section(params, "model", ModelConfig)
+    run = RunShape(
+        train.batch_size,
+        train.max_length,
+        model.name_or_path,
+        lambda: hidden_layers(model.name_or_path, model.trust_remote_code, "model.name_or_path"),
+    )
     for name in parse_spec(spec):
-        config = configs[name]
-        problems = config.run_problems(train) if hasattr(config, "run_problems") else []
-        if hasattr(config, "depth_problems"):
-            path = model.name_or_path
-            depth = hidden_layers(path, model.trust_remote_code, "model.name_or_path")
-            problems += config.depth_problems(depth, path)
-        for problem in problems:
+        for problem in configs[name].run_problems(run):
             raise ConfigError(f"{name}.{problem}")
 
 

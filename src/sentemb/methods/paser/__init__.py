@@ -32,7 +32,7 @@ from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBas
 
 from sentemb.config import ConfigError, Count, NonNegative, Range
 from sentemb.data.augment import EDA, EDA_OPERATIONS
-from sentemb.methods.base import Method, Objective, TrainState, Views
+from sentemb.methods.base import Method, MethodConfig, Objective, RunShape, TrainState, Views
 from sentemb.methods.functional import in_fp32
 from sentemb.methods.paser.decoder import (
     DECODER_DIR,
@@ -46,11 +46,9 @@ from sentemb.registry import register_method
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
-    from sentemb.training.config import TrainConfig
-
 
 @dataclass
-class PaSeRConfig:
+class PaSeRConfig(MethodConfig):
     """Params section `paser` (the paper's unsupervised defaults)."""
 
     phrases: str = "data/phrases/rake.jsonl"  # the phrases stage's output
@@ -72,16 +70,15 @@ class PaSeRConfig:
             return [f"augment: unknown {unknown}; choose from {list(EDA_OPERATIONS)}"]
         return []
 
-    def run_problems(self, train: TrainConfig) -> list[str]:
-        """What `train` makes of this section: MLM (unless `mlm_weight` is 0, off) must expect
-        at least one masked token in a sentence of `train.max_length` tokens (none masked is
-        no loss to learn from)."""
-        expected = self.mlm_probability * train.max_length
+    def run_problems(self, run: RunShape) -> list[str]:
+        """MLM (unless `mlm_weight` is 0, off) must expect at least one masked token in a
+        sentence of `train.max_length` tokens (none masked is no loss to learn from)."""
+        expected = self.mlm_probability * run.max_length
         if self.mlm_weight and expected < 1:
             return [
-                f"mlm_probability: {self.mlm_probability} x train.max_length {train.max_length} "
+                f"mlm_probability: {self.mlm_probability} x train.max_length {run.max_length} "
                 f"is {expected:.3g} masked tokens a sentence; it must be >= 1, so "
-                f"mlm_probability >= {1 / train.max_length:.3g} (mlm_weight: 0 turns MLM off)"
+                f"mlm_probability >= {1 / run.max_length:.3g} (mlm_weight: 0 turns MLM off)"
             ]
         return []
 

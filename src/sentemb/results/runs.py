@@ -28,7 +28,7 @@ import numpy as np
 from sentemb.config import ConfigError, UserError, params_from, parse_yaml, run_plan, section
 from sentemb.evaluation.base import ITEMS
 from sentemb.registry import REFINEMENTS, SUITES
-from sentemb.review.readers import MissingResults, Reader, lock_stages, read_json
+from sentemb.results.readers import MissingResults, Reader, lock_stages, read_json
 
 RUNS, PREDICTIONS, CURVES = "metrics/runs", "predictions", "plots/runs"
 REFERENCE_DIR, TFIDF_DIR = "metrics/reference", "metrics/tfidf"

@@ -13,7 +13,7 @@ from typing import Any
 
 from sentemb import git
 from sentemb.config import UserError, parse_yaml
-from sentemb.review.revisions import git_remote
+from sentemb.results.revisions import git_remote
 
 Reader = Callable[[str], bytes]  # a path relative to the repository root -> the file's bytes
 
