@@ -1,9 +1,9 @@
 """docs/faults.md cites a test for every row, and every test it cites exists.
 
-A row is `| when… | then… | test |`. Its test cell holds only citations, comma-separated:
+A row is `| fault class | what happens | test |`. Its test cell holds only citations, comma-separated:
 `tests/<path>.py::<name>` (a parametrized `<name>[<id>]` is checked by its name), `::<name>`
 for another test of the file cited before it in the cell, or a bare `tests/<path>.py`. A
-test renamed or removed fails `test_every_cited_test_exists`, naming the row's "when".
+test renamed or removed fails `test_every_cited_test_exists`, naming the row's fault class.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from functools import cache
 from support import REPO
 
 PAGE = REPO / "docs" / "faults.md"
-HEADER = ["when…", "then…", "test"]
+HEADER = ["fault class", "what happens", "test"]
 CITATION = re.compile(r"(?P<path>tests/[\w/.-]+\.py)?(?:::(?P<name>\w+)(?:\[[^\]]+\])?)?")
 MENTION = re.compile(r"tests/[\w/.-]+\.py(?:::\w+)?")  # a citation anywhere on the page
 
@@ -70,7 +70,7 @@ def cell_problems(cell: str) -> list[str]:
 
 
 def page_problems(text: str) -> list[str]:
-    """Each problem of the page, with the row (its "when") or the citation it concerns."""
+    """Each problem of the page, with the row (its fault class) or the citation it concerns."""
     problems, prose = [], [line for line in text.splitlines() if not line.startswith("|")]
     for cells in table_rows(text):
         if len(cells) != len(HEADER):

@@ -1,6 +1,6 @@
 """The house's shape: no module over 450 lines, benchmarks' README at most 15 KB of current
-figures (history goes to benchmarks/history.md), and the layers of docs/extending.md: no import
-runs up a layer, none comes back in a circle."""
+figures (history goes to benchmarks/history.md), docs/faults.md one table of at most 15 KB,
+and the layers of docs/extending.md: no import runs up a layer, none comes back in a circle."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 MAX_LINES = 450
 MAX_BENCHMARKS_README = 15_000
+MAX_FAULTS = 15_000  # docs/faults.md: one table of fault classes
 MODULES = sorted(
     path.relative_to(REPO).as_posix()
     for folder in ("src", "stages", "benchmarks", "examples")
@@ -29,6 +30,13 @@ def test_benchmarks_readme_holds_current_figures_only() -> None:
     size = (REPO / "benchmarks" / "README.md").stat().st_size
     assert size <= MAX_BENCHMARKS_README, (
         f"benchmarks/README.md: {size} bytes; move older rows to benchmarks/history.md"
+    )
+
+
+def test_the_fault_table_stays_one_screenful_a_class() -> None:
+    size = (REPO / "docs" / "faults.md").stat().st_size
+    assert size <= MAX_FAULTS, (
+        f"docs/faults.md: {size} bytes; one row a class of fault, one sentence each"
     )
 
 
