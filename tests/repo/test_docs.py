@@ -1,9 +1,11 @@
-"""docs/faults.md cites a test for every row, and every test it cites exists.
+"""docs/faults.md cites a test for every row, and every test it cites exists; every relative link
+of the README, docs/ and benchmarks/ reaches its file and heading.
 
-A row is `| fault class | what happens | test |`. Its test cell holds only citations, comma-separated:
-`tests/<path>.py::<name>` (a parametrized `<name>[<id>]` is checked by its name), `::<name>`
-for another test of the file cited before it in the cell, or a bare `tests/<path>.py`. A
-test renamed or removed fails `test_every_cited_test_exists`, naming the row's fault class.
+A row is `| fault class | what happens | test |`. Its test cell holds only citations,
+comma-separated: `tests/<path>.py::<name>` (a parametrized `<name>[<id>]` is checked by its
+name), `::<name>` for another test of the file cited before it in the cell, or a bare
+`tests/<path>.py`. A test renamed or removed fails `test_every_cited_test_exists`, naming the
+row's fault class.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import ast
 import re
 from functools import cache
+
+import pytest
 
 from support import REPO
 
@@ -118,3 +122,62 @@ def test_a_stale_citation_fails() -> None:
         " `::test_every_cited_test_exists[x]` |"
     )
     assert page_problems(good) == []
+
+
+LINK = re.compile(r"\[[^\]]*\]\((?P<target>[^)\s]+)\)")
+PAGES = sorted(
+    path
+    for path in [REPO / "README.md", *REPO.glob("docs/*.md"), *REPO.glob("benchmarks/*.md")]
+    if path.is_file()
+)
+
+
+def anchors(path) -> set[str]:
+    """The anchors GitHub gives the headings of a Markdown page: lower case, punctuation
+    dropped, spaces as hyphens, a repeated one suffixed `-1`, `-2`, ..."""
+    found: set[str] = set()
+    text = re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.S)
+    for heading in re.findall(r"^#{1,6} +(.+?) *#*$", text, flags=re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        anchor, n = slug, 0
+        while anchor in found:
+            n += 1
+            anchor = f"{slug}-{n}"
+        found.add(anchor)
+    return found
+
+
+def broken_links(path) -> list[str]:
+    """The relative links of a page whose file, or whose heading anchor, is not there."""
+    broken = []
+    text = re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.S)
+    for match in LINK.finditer(text):
+        target = match["target"]
+        if re.match(r"[a-z]+:", target):  # http:, https:, mailto:
+            continue
+        file, _, anchor = target.partition("#")
+        linked = (path.parent / file).resolve() if file else path
+        if not linked.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
+            broken.append(f"{target}: no heading of {linked.name} has that anchor")
+    return broken
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_link_reaches_its_file_and_heading(page) -> None:
+    """No page links to a file that moved or a section that was renamed."""
+    assert not broken_links(page), f"{page.relative_to(REPO)}: {broken_links(page)}"
+
+
+def test_a_link_to_a_moved_section_fails(tmp_path) -> None:
+    page = tmp_path / "page.md"
+    (tmp_path / "other.md").write_text("# Title\n\n## The papers' setting on one GPU\n")
+    page.write_text(
+        "[ok](other.md#the-papers-setting-on-one-gpu) [ok](#here)\n\n## Here\n"
+        "[gone](other.md#time) [missing](nowhere.md) [web](https://example.org/x#y)\n"
+    )
+    assert broken_links(page) == [
+        "other.md#time: no heading of other.md has that anchor",
+        "nowhere.md: no such file",
+    ]

@@ -1,6 +1,7 @@
-"""The house's shape: no module over 450 lines, benchmarks' README at most 15 KB of current
-figures (history goes to benchmarks/history.md), docs/faults.md one table of at most 15 KB,
-and the layers of docs/extending.md: no import runs up a layer, none comes back in a circle."""
+"""The house's shape: no module over 450 lines, the README at most 10 KB, benchmarks' README at
+most 15 KB of current figures (history goes to benchmarks/history.md), docs/faults.md one table
+of at most 15 KB, and the layers of docs/extending.md: no import runs up a layer, none comes
+back in a circle."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 MAX_LINES = 450
 MAX_BENCHMARKS_README = 15_000
 MAX_FAULTS = 15_000  # docs/faults.md: one table of fault classes
+MAX_README = 10_000  # the front page: what, quick start, results, commands, map, links
 MODULES = sorted(
     path.relative_to(REPO).as_posix()
     for folder in ("src", "stages", "benchmarks", "examples")
@@ -30,6 +32,14 @@ def test_benchmarks_readme_holds_current_figures_only() -> None:
     size = (REPO / "benchmarks" / "README.md").stat().st_size
     assert size <= MAX_BENCHMARKS_README, (
         f"benchmarks/README.md: {size} bytes; move older rows to benchmarks/history.md"
+    )
+
+
+def test_the_readme_is_a_front_page() -> None:
+    size = (REPO / "README.md").stat().st_size
+    assert size <= MAX_README, (
+        f"README.md: {size} bytes; details go to docs/, timings to benchmarks/, history to "
+        "docs/history.md"
     )
 
 

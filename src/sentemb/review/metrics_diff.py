@@ -11,12 +11,12 @@ every committed number instead: each seed's scores per task and STS subset, dev 
 `metrics/runs/<seed>/<file>.json`) and every other JSON file under metrics/, read from git.
 
 The same run moves its scores by up to about `compare.noise` points on another CPU, bf16 kernel
-or GPU (README: "Which results are bit-identical"), so a changed score closer than that to the
-old one says nothing about the change under review. DVC cannot be told so; this runs
-`dvc metrics diff --json` and prints its table (changed metrics only, as DVC does) with a last
-column that says `noise` where |Δ| < `compare.noise` for a score (Spearman, accuracy, MAP/MRR
-x 100). Other metrics (losses, counts, λs, alignment) are shown without a label. Rows are in
-the order of their file and metric.
+or GPU (docs/protocol.md, "Which results are bit-identical, and noise"), so a changed score
+closer than that to the old one says nothing about the change under review. DVC cannot be
+told so; this runs `dvc metrics diff --json` and prints its table (changed metrics only, as
+DVC does) with a last column that says `noise` where |Δ| < `compare.noise` for a score
+(Spearman, accuracy, MAP/MRR x 100). Other metrics (losses, counts, λs, alignment) are shown
+without a label. Rows are in the order of their file and metric.
 
 Either form reads the repository's root from any of its folders; a revision may be a DVC
 experiment's name (`sentemb.results.revisions`). A metrics file that is not UTF-8 JSON, holds a

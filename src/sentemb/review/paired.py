@@ -14,7 +14,8 @@ and the leaderboard rest their verdicts on.
   (`Experiment.predictions_missing`). Each result names its test (`TESTS`).
 - A difference of less than `compare.noise` score points is noise whatever the tests say
   (`below_noise`): the same run on another CPU, bf16 kernel or GPU moves scores by up to about
-  that much (README). Seeds pair by value: experiments are compared on the seeds they share.
+  that much (docs/protocol.md, "Which results are bit-identical, and noise"). Seeds pair by
+  value: experiments are compared on the seeds they share.
 """
 
 from __future__ import annotations
