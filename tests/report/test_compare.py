@@ -25,6 +25,7 @@ from sentemb.review.paired import (
     centred_ranks,
     compare,
     interval,
+    one_sided,
     pair_tasks,
     paired_comparison,
     resample_indices,
@@ -33,6 +34,7 @@ from sentemb.review.paired import (
     spearman_rows,
     verdict,
 )
+from sentemb.review.render import cell
 
 from support.experiments import fake_experiment, write_experiment
 
@@ -435,3 +437,33 @@ def test_the_one_noise_rule_comes_before_any_test(
         "below_noise": below_noise(difference, 0.01),
     }
     assert verdict(result) == expected
+
+
+def test_where_no_test_can_run_the_verdict_says_so() -> None:
+    """One shared seed and no predictions: no bootstrap, no t-test. A difference above the
+    noise is `untested`, resting on no test, never `no significant difference`."""
+    baseline = fake_experiment("simcse", [1, 2], 1)
+    worse = fake_experiment("sscl", [2, 5], 9)
+    for side in (baseline, worse):
+        side.predictions_missing = "not in this clone"
+    results = compare({"a": baseline, "b": worse}, "a", CompareConfig(resamples=50))["b"]
+    sts = results["sts"]["avg"]
+    assert abs(sts["difference"]) > 0.07 and sts["p_seeds"] is None and sts["low"] is None
+    assert (sts["test"], verdict(sts)) == ("none", "untested")
+    assert cell(sts)[3:] == ["untested", "no test"]
+
+
+def test_what_one_side_lacks_is_listed() -> None:
+    """An own set scored on one side only, a refinement only one side has, another corpus:
+    listed, as a comparison cannot test them."""
+    old, new = fake_experiment("simcse", [1, 2], 1), fake_experiment("sscl", [1, 2], 2)
+    assert one_sided(old, new) == []
+    for files in new.files:
+        files["own"]["extra"] = 50.0
+        files["sts"]["whitening"] = {"avg": 40.0}
+        files["train"]["sentences"] = 80
+    new.params = {**new.params, "train": {**new.params["train"], "corpus": "mine.txt"}}
+    listed = one_sided(old, new)
+    assert "`own` extra: scored by `sscl` only" in listed
+    assert "`sts/whitening`: scored by `sscl` only" in listed
+    assert any(line.startswith("trained on another corpus: ") and "80" in line for line in listed)

@@ -28,7 +28,7 @@ from sentemb.report.stats import CompareConfig
 from sentemb.results.readers import folder_reader, lock_stages, revision_reader
 from sentemb.results.revisions import WORKSPACE, commits, root
 from sentemb.results.runs import Experiment, load
-from sentemb.review.paired import compare, shared_seeds
+from sentemb.review.paired import compare, one_sided, shared_seeds
 from sentemb.review.render import comparison
 
 
@@ -109,6 +109,9 @@ def main() -> None:
     ]
     if unpaired:
         print(f"\nLeft out, having no pair: {'; '.join(unpaired)}.")
+    untested = one_sided(old, new)
+    if untested:
+        print("\nNot compared, one side lacking it:\n" + "".join(f"\n- {u}" for u in untested))
 
 
 if __name__ == "__main__":

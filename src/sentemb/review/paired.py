@@ -11,7 +11,8 @@ and the leaderboard rest their verdicts on.
 - A paired t-test over seeds (seed i of one run against seed i of the other), for every column;
   it decides where there is no bootstrap: the columns without per-item scores (transfer,
   retrieval, every refinement), and a side whose predictions are missing
-  (`Experiment.predictions_missing`). Each result names its test (`TESTS`).
+  (`Experiment.predictions_missing`). Each result names its test (`TESTS`); where neither can
+  run (one shared seed and no predictions), it rests on none and its verdict says `untested`.
 - A difference of less than `compare.noise` score points is noise whatever the tests say
   (`below_noise`): the same run on another CPU, bf16 kernel or GPU moves scores by up to about
   that much (docs/protocol.md, "Which results are bit-identical, and noise"). Seeds pair by
@@ -36,9 +37,12 @@ from sentemb.results.runs import Experiment
 
 NO_DIFFERENCE = "no significant difference"
 NOISE = "noise"
+UNTESTED = "untested"
 CHUNK = 100  # bootstrap replicates scored at once (bounds memory on the 20k-pair sets)
 Result = dict[str, float | bool | str | None]
-TESTS = ("bootstrap", "seeds")  # what a result's verdict rests on: the test pairs, or the seeds
+# what a result's verdict rests on: the test pairs, the seeds, or none (one shared seed, or no
+# spread in the seeds' differences, and no predictions: no test could run)
+TESTS = ("bootstrap", "seeds", "none")
 
 
 def below_noise(difference: float, noise: float) -> bool:
@@ -48,10 +52,13 @@ def below_noise(difference: float, noise: float) -> bool:
 
 
 def verdict(result: Mapping[str, Any]) -> str:
-    """`noise` below the noise level, else whether the result's test (its `test`: the bootstrap
-    interval excludes 0, or the t-test's p < 1 - confidence) finds a difference."""
+    """`noise` below the noise level; `untested` where no test could run (its `test` is
+    `none`); else whether the result's test (the bootstrap interval excludes 0, or the t-test's
+    p < 1 - confidence) finds a difference."""
     if result["below_noise"]:
         return NOISE
+    if result.get("test") == "none":
+        return UNTESTED
     return "significant" if result["significant"] else NO_DIFFERENCE
 
 
@@ -286,7 +293,8 @@ def seed_comparison(
     noise: float,
 ) -> dict[str, Result]:
     """Per column both share: the difference of the seed means and the paired t-test over seeds
-    (significant below 1 - `confidence`); no bootstrap interval."""
+    (significant below 1 - `confidence`); no bootstrap interval. Where the t-test is undefined
+    (one shared seed, or differences without spread) the result rests on no test."""
     result: dict[str, Result] = {}
     for column in [c for c in scores if c in baseline]:
         difference = float(np.mean(scores[column]) - np.mean(baseline[column]))
@@ -298,9 +306,37 @@ def seed_comparison(
             "significant": p is not None and p < 1.0 - confidence,
             "below_noise": below_noise(difference, noise),
             "p_seeds": p,
-            "test": "seeds",
+            "test": "seeds" if p is not None else "none",
         }
     return result
+
+
+def one_sided(old: Experiment, new: Experiment) -> list[str]:
+    """What a comparison of `old` and `new` cannot test, so lists: a row (suite, refinement) or
+    a column (a task, an own set) that only one side scored, and a training corpus that
+    differs (another `train.corpus`, or another count of sentences trained on)."""
+    found = []
+    for row in (r for suite in SUITES for r in (suite, *(f"{suite}/{x}" for x in REFINED))):
+        scored = {e.label: e.scores(row) or {} for e in (old, new)}
+        for side, other in ((old, new), (new, old)):
+            only = [c for c in scored[side.label] if c not in scored[other.label]]
+            if only and not scored[other.label]:
+                found.append(f"`{row}`: scored by `{side.label}` only")
+            elif only:
+                found.append(f"`{row}` {', '.join(only)}: scored by `{side.label}` only")
+    corpora = {
+        e.label: (
+            e.params.get("train", {}).get("corpus"),
+            "/".join(sorted({str(f["train"].get("sentences")) for f in e.files})),
+        )
+        for e in (old, new)
+    }
+    if corpora[old.label] != corpora[new.label]:
+        found.append(
+            "trained on another corpus: "
+            + "; ".join(f"`{label}` {c} ({n} sentences)" for label, (c, n) in corpora.items())
+        )
+    return found
 
 
 def compare(
