@@ -47,8 +47,9 @@ from collect import machine
 from sentemb.config import load_params, section
 from sentemb.evaluation import transfer
 from sentemb.evaluation.base import SentenceEncoder
+from sentemb.evaluation.classify import TRANSFER_TASKS, TransferConfig
 from sentemb.evaluation.encoders import load_encoder
-from sentemb.evaluation.transfer import TRANSFER_TASKS, TransferConfig, TransferEvaluator
+from sentemb.evaluation.transfer import TransferEvaluator
 from sentemb.model_config import ModelConfig
 from sentemb.results.readers import revision_reader
 

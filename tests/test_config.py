@@ -99,7 +99,7 @@ def test_non_finite_numbers_and_seeds_out_of_range_are_refused(
 ) -> None:
     """A NaN or an infinity in any float param, and a seed no generator accepts, name the param
     (they failed late, inside numpy, urllib or torch, or gave a plot of one `0-nan` bin)."""
-    from sentemb.evaluation.transfer import TransferConfig
+    from sentemb.evaluation.classify import TransferConfig
     from sentemb.methods.dclr import DCLRConfig
     from sentemb.refine.config import RefineConfig
     from sentemb.report.stats import CompareConfig

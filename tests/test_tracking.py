@@ -23,7 +23,8 @@ import pytest
 from sentemb import clock, mlflow_store, signals, tracking
 from sentemb.io import numbers
 from sentemb.services import CONNECT_SECONDS
-from sentemb.tracking import TrackingWarning, mlflow_run, param_value, sanitize_key
+from sentemb.mlflow_store import param_value, sanitize_key
+from sentemb.tracking import TrackingWarning, mlflow_run
 
 from support import MIRROR, REPO
 from support.repos import git
@@ -469,7 +470,7 @@ def test_unusable_store_body_runs_and_warns_once(
     assert len(ours) == 1, [str(w.message) for w in caught]
     assert f"({uri})" in str(ours[0].message)
     assert run.run_id is None and run.error
-    n_tags = len(tracking.git_tags()) + 2  # git.*, dvc.stage, mlflow.runName
+    n_tags = len(mlflow_store.git_tags()) + 2  # git.*, dvc.stage, mlflow.runName
     assert run.unlogged == [
         f"run start; params: 2 keys; tags: {n_tags} keys",
         "metrics step=None: 12 keys",
@@ -516,7 +517,7 @@ def test_unreachable_server_body_error_propagates(monkeypatch: pytest.MonkeyPatc
         mlflow_run("evaluate", {}) as run,
     ):
         raise KeyError("boom")
-    n_tags = len(tracking.git_tags()) + 2
+    n_tags = len(mlflow_store.git_tags()) + 2
     assert run.unlogged == [f"run start; params: 0 keys; tags: {n_tags} keys"]
 
 

@@ -11,19 +11,24 @@
 Before MLflow is called, :func:`check_store` makes one first contact of at most
 :data:`~sentemb.services.CONNECT_SECONDS` (MLflow's own loops wait about 100 s for a SQL store
 it cannot open, more than 15 min for Databricks); during a run :func:`fast_fail_env` stops
-MLflow's retries.
+MLflow's retries. What MLflow accepts of a key, a param or a tag (its limits) is here too.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
+import posixpath
+import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from sentemb import git
-from sentemb.services import CONNECT_SECONDS, call_within, http_answers
+from sentemb.services import CONNECT_SECONDS, call_within, http_answers, reason
 
 DEFAULT_EXPERIMENT = "sentemb"
 DB_NAME = "mlflow.db"
@@ -146,3 +151,95 @@ def fast_fail_env() -> Iterator[dict[str, str]]:
     finally:
         for name in added:
             os.environ.pop(name, None)
+
+
+# Limits enforced by MLflow (mlflow/utils/validation.py).
+MAX_PARAM_VAL_LENGTH = 6000
+MAX_TAG_VAL_LENGTH = 8000
+MAX_KEY_LENGTH = 250
+MAX_PARAMS_TAGS_PER_BATCH = 100
+MAX_METRICS_PER_BATCH = 1000
+
+# Environment variables that `dvc exp run` / `dvc repro` set for a stage command (dvc 3.x:
+# dvc/repo/experiments/queue/base.py and dvc/stage/run.py).
+DVC_ENV_TAGS = {
+    "DVC_EXP_NAME": "dvc.experiment",
+    "DVC_EXP_BASELINE_REV": "dvc.baseline_rev",
+    "DVC_STAGE": "dvc.stage_address",
+}
+
+_KEY_REPLACEMENTS = {"@": "_at_", "%": "_pct"}
+_BAD_KEY_CHARS = re.compile(r"[^A-Za-z0-9_\-. /]")
+
+
+def sanitize_key(key: str) -> str:
+    """Map `key` to a valid MLflow param/metric/tag name, deterministically.
+
+    MLflow allows alphanumerics, ``_ - . space /`` (and ``:`` except on Windows), no path tricks
+    (``a//b``, ``../a``, ``/a``, ``a/``) and at most 250 characters. ``@`` becomes ``_at_``
+    (``mrr@10`` -> ``mrr_at_10``), ``%`` becomes ``_pct``, any other character ``_``.
+    """
+    for char, replacement in _KEY_REPLACEMENTS.items():
+        key = key.replace(char, replacement)
+    key = _BAD_KEY_CHARS.sub("_", key)
+    parts = [part for part in key.split("/") if part not in ("", ".")]
+    key = "/".join("_" * len(part) if part == ".." else part for part in parts) or "_"
+    if len(key) > MAX_KEY_LENGTH:
+        digest = hashlib.sha1(key.encode("utf-8")).hexdigest()[:8]
+        key = f"{key[: MAX_KEY_LENGTH - 9].rstrip('/')}_{digest}"
+    assert posixpath.normpath(key) == key, key
+    return key
+
+
+def flavour_unsupported() -> str | None:
+    """Why MLflow's ``sentence_transformers`` flavour should not be used here (the installed
+    sentence-transformers outside the range the installed MLflow supports), else None."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from packaging.version import Version
+
+    try:
+        from mlflow.utils.autologging_utils.versioning import get_min_max_version_and_pip_release
+
+        low, high, package = get_min_max_version_and_pip_release("sentence_transformers", "models")
+        installed = version(package)
+    except (ImportError, KeyError, PackageNotFoundError) as err:
+        return f"the sentence_transformers flavour cannot be checked ({reason(err)})"
+    if Version(low) <= Version(installed) <= Version(high):
+        return None
+    return (
+        f"mlflow {version('mlflow')} supports {package} {low} to {high}, and {installed} is "
+        "installed"
+    )
+
+
+def param_value(value: Any) -> str:
+    """Render a param value as MLflow stores it: lists as JSON, cut to 6000 characters."""
+    if isinstance(value, list | tuple):
+        text = json.dumps(list(value), default=str)
+    elif isinstance(value, str):
+        text = value
+    else:
+        text = str(value)
+    return truncate(text, MAX_PARAM_VAL_LENGTH)
+
+
+def git_tags(cwd: str | Path | None = None) -> dict[str, str]:
+    """``git.commit`` (``unknown`` outside git) and, inside git, ``git.dirty`` (true/false)."""
+    commit = git.output("rev-parse", "HEAD", cwd=cwd)
+    if not commit:
+        return {"git.commit": "unknown"}
+    tags = {"git.commit": commit, "mlflow.source.git.commit": commit}
+    status = git.output("status", "--porcelain", "--untracked-files=no", cwd=cwd, strip=False)
+    if status is not None:
+        tags["git.dirty"] = "true" if status.strip() else "false"
+    return tags
+
+
+def truncate(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]

@@ -26,28 +26,34 @@ run as ``KILLED`` (`sentemb.signals`).
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import logging
 import os
 import posixpath
-import re
 import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sentemb import git
 from sentemb.clock import SECONDS, stage_started
 from sentemb.io import flatten, numbers, write_json
 from sentemb.mlflow_store import (
+    DVC_ENV_TAGS,
     HTTP_TIMEOUT_ENV,
+    MAX_METRICS_PER_BATCH,
+    MAX_PARAMS_TAGS_PER_BATCH,
+    MAX_TAG_VAL_LENGTH,
     check_store,
+    chunks,
     experiment_name,
     fast_fail_env,
+    flavour_unsupported,
+    git_tags,
     local_artifact_location,
+    param_value,
+    sanitize_key,
     tracking_uri,
+    truncate,
 )
 from sentemb.services import CONNECT_SECONDS, reason
 from sentemb.signals import Terminated, sigterm_raises
@@ -55,100 +61,8 @@ from sentemb.signals import Terminated, sigterm_raises
 log = logging.getLogger(__name__)
 
 
-# Limits enforced by MLflow (mlflow/utils/validation.py).
-MAX_PARAM_VAL_LENGTH = 6000
-MAX_TAG_VAL_LENGTH = 8000
-MAX_KEY_LENGTH = 250
-MAX_PARAMS_TAGS_PER_BATCH = 100
-MAX_METRICS_PER_BATCH = 1000
-
-# Environment variables that `dvc exp run` / `dvc repro` set for a stage command (dvc 3.x:
-# dvc/repo/experiments/queue/base.py and dvc/stage/run.py).
-DVC_ENV_TAGS = {
-    "DVC_EXP_NAME": "dvc.experiment",
-    "DVC_EXP_BASELINE_REV": "dvc.baseline_rev",
-    "DVC_STAGE": "dvc.stage_address",
-}
-
-_KEY_REPLACEMENTS = {"@": "_at_", "%": "_pct"}
-_BAD_KEY_CHARS = re.compile(r"[^A-Za-z0-9_\-. /]")
-
-
 class TrackingWarning(UserWarning):
     """MLflow could not be used; the stage carries on without (some) tracking."""
-
-
-def sanitize_key(key: str) -> str:
-    """Map `key` to a valid MLflow param/metric/tag name, deterministically.
-
-    MLflow allows alphanumerics, ``_ - . space /`` (and ``:`` except on Windows), no path tricks
-    (``a//b``, ``../a``, ``/a``, ``a/``) and at most 250 characters. ``@`` becomes ``_at_``
-    (``mrr@10`` -> ``mrr_at_10``), ``%`` becomes ``_pct``, any other character ``_``.
-    """
-    for char, replacement in _KEY_REPLACEMENTS.items():
-        key = key.replace(char, replacement)
-    key = _BAD_KEY_CHARS.sub("_", key)
-    parts = [part for part in key.split("/") if part not in ("", ".")]
-    key = "/".join("_" * len(part) if part == ".." else part for part in parts) or "_"
-    if len(key) > MAX_KEY_LENGTH:
-        digest = hashlib.sha1(key.encode("utf-8")).hexdigest()[:8]
-        key = f"{key[: MAX_KEY_LENGTH - 9].rstrip('/')}_{digest}"
-    assert posixpath.normpath(key) == key, key
-    return key
-
-
-def flavour_unsupported() -> str | None:
-    """Why MLflow's ``sentence_transformers`` flavour should not be used here (the installed
-    sentence-transformers outside the range the installed MLflow supports), else None."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    from packaging.version import Version
-
-    try:
-        from mlflow.utils.autologging_utils.versioning import get_min_max_version_and_pip_release
-
-        low, high, package = get_min_max_version_and_pip_release("sentence_transformers", "models")
-        installed = version(package)
-    except (ImportError, KeyError, PackageNotFoundError) as err:
-        return f"the sentence_transformers flavour cannot be checked ({reason(err)})"
-    if Version(low) <= Version(installed) <= Version(high):
-        return None
-    return (
-        f"mlflow {version('mlflow')} supports {package} {low} to {high}, and {installed} is "
-        "installed"
-    )
-
-
-def param_value(value: Any) -> str:
-    """Render a param value as MLflow stores it: lists as JSON, cut to 6000 characters."""
-    if isinstance(value, list | tuple):
-        text = json.dumps(list(value), default=str)
-    elif isinstance(value, str):
-        text = value
-    else:
-        text = str(value)
-    return _truncate(text, MAX_PARAM_VAL_LENGTH)
-
-
-def git_tags(cwd: str | Path | None = None) -> dict[str, str]:
-    """``git.commit`` (``unknown`` outside git) and, inside git, ``git.dirty`` (true/false)."""
-    commit = git.output("rev-parse", "HEAD", cwd=cwd)
-    if not commit:
-        return {"git.commit": "unknown"}
-    tags = {"git.commit": commit, "mlflow.source.git.commit": commit}
-    status = git.output("status", "--porcelain", "--untracked-files=no", cwd=cwd, strip=False)
-    if status is not None:
-        tags["git.dirty"] = "true" if status.strip() else "false"
-    return tags
-
-
-def _truncate(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
 
 
 class RunLogger:
@@ -363,7 +277,7 @@ class RunLogger:
         from mlflow.entities import RunTag
 
         clean = {
-            sanitize_key(str(k)): _truncate(str(v), MAX_TAG_VAL_LENGTH) for k, v in tags.items()
+            sanitize_key(str(k)): truncate(str(v), MAX_TAG_VAL_LENGTH) for k, v in tags.items()
         }
         return [RunTag(key, value) for key, value in clean.items()]
 
@@ -371,11 +285,11 @@ class RunLogger:
         self, metrics: Sequence[Any] = (), params: Sequence[Any] = (), tags: Sequence[Any] = ()
     ) -> None:
         """log_batch in chunks that respect MLflow's per-request limits."""
-        for chunk in _chunks(list(params), MAX_PARAMS_TAGS_PER_BATCH):
+        for chunk in chunks(list(params), MAX_PARAMS_TAGS_PER_BATCH):
             self._client.log_batch(self.run_id, params=chunk, synchronous=True)
-        for chunk in _chunks(list(tags), MAX_PARAMS_TAGS_PER_BATCH):
+        for chunk in chunks(list(tags), MAX_PARAMS_TAGS_PER_BATCH):
             self._client.log_batch(self.run_id, tags=chunk, synchronous=True)
-        for chunk in _chunks(list(metrics), MAX_METRICS_PER_BATCH):
+        for chunk in chunks(list(metrics), MAX_METRICS_PER_BATCH):
             self._client.log_batch(self.run_id, metrics=chunk, synchronous=True)
 
     def _call(self, what: str, func: Any, *args: Any, **kwargs: Any) -> None:

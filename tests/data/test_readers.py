@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sentemb.data import readers
+from sentemb.data import queries, readers
 from sentemb.data.sources import SENTEVAL_DIR, STS_SUBSETS
 
 STS_PAIRS = {"STS12": 3108, "STS13": 1500, "STS14": 3750, "STS15": 3000, "STS16": 1186}
@@ -263,10 +263,10 @@ def _askubuntu(root: Path, titles: bytes) -> None:
 
 def test_askubuntu_blank_title_is_no_title(tmp_path: Path) -> None:
     _askubuntu(tmp_path, "1\ta title\tbody\n2\t\u200b \tbody\n3\t \n2\tlater\n".encode())
-    assert readers.read_askubuntu(tmp_path).titles == {"1": "a title", "2": "later"}
+    assert queries.read_askubuntu(tmp_path).titles == {"1": "a title", "2": "later"}
     _askubuntu(tmp_path, "1\ta title\n2\t\u200b \tbody\n".encode())
     with pytest.raises(readers.DataFormatError, match=r"test\.txt:1: question id '2' has no title"):
-        readers.read_askubuntu(tmp_path)
+        queries.read_askubuntu(tmp_path)
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sentemb.data import readers
+from sentemb.data import queries, readers
 from sentemb.data.corpus import CorpusRules, CorpusStats, kept_sentences
 from sentemb.data.sources import SENTEVAL_DIR
 from sentemb.phrases import read_phrase_spans
@@ -158,7 +158,7 @@ LOADERS: dict[str, Loader] = {
     "qqp": Loader(
         "qqp/dev.tsv",
         "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate",
-        lambda root: readers.read_qqp(root, ["dev"]),
+        lambda root: queries.read_qqp(root, ["dev"]),
         "1\t1\t2\t{s}\tA woman?\t{y}",
         {"line": "skip", "s": "skip", "y": "error"},
         y="0",
@@ -166,7 +166,7 @@ LOADERS: dict[str, Loader] = {
     "askubuntu": Loader(
         "askubuntu/test.txt",
         "1\t2\t1 2\t0 0",
-        lambda root: readers.read_askubuntu(root, "test"),
+        lambda root: queries.read_askubuntu(root, "test"),
         "2\t\t{y}\t0 0",
         {"line": "skip", "y": "error"},
         y="1 2",

@@ -14,7 +14,8 @@ from sklearn.feature_extraction.text import HashingVectorizer
 from sklearn.metrics import average_precision_score
 
 from sentemb.config import ConfigError, from_dict
-from sentemb.data.readers import DataFormatError, PairSet, read_askubuntu, read_qqp
+from sentemb.data.queries import read_askubuntu, read_qqp
+from sentemb.data.readers import DataFormatError, PairSet
 from sentemb.evaluation.base import CHINESE, ENGLISH
 from sentemb.evaluation.retrieval import (
     RetrievalConfig,

@@ -18,24 +18,23 @@ from sklearn.pipeline import Pipeline
 
 from sentemb.config import ConfigError, section
 from sentemb.data.sources import SENTEVAL_DIR
-from sentemb.evaluation import transfer
+from sentemb.evaluation import classify
 from sentemb.evaluation.base import embed
-from sentemb.evaluation.transfer import (
+from sentemb.evaluation.classify import (
     TRANSFER_TASKS,
     Classifier,
     NestedCVResult,
     TransferConfig,
-    TransferEvaluator,
     _best,
     _fit,
     _folds,
     _path_scores,
-    _senteval_order,
     cv_select,
     dev_select,
     logistic_regression,
     nested_cv,
 )
+from sentemb.evaluation.transfer import TransferEvaluator, _senteval_order
 
 FAST = {"kfold": 3, "inner_kfold": 2, "n_jobs": 1}
 
@@ -278,7 +277,7 @@ def test_samples_take_senteval_order_by_length_then_label_stably() -> None:
 
 
 def test_fits_run_on_at_most_one_worker_per_core(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(transfer, "cpu_count", lambda: 2)
+    monkeypatch.setattr(classify, "cpu_count", lambda: 2)
     assert [TransferConfig(n_jobs=n).jobs for n in (1, 2, 1000)] == [1, 2, 2]
 
 

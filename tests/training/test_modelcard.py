@@ -8,8 +8,8 @@ import numpy as np
 
 from sentemb.encoder import Encoder
 from sentemb.io import MARKER
+from sentemb.training.callback import TrainResult
 from sentemb.training.modelcard import CARD, CardInfo, model_card, write_model_card
-from sentemb.training.trainer import TrainResult
 
 from support.training import make_job
 

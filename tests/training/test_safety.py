@@ -23,6 +23,7 @@ from sentemb import precision
 from sentemb.config import ConfigError, from_dict, parse_spec, section
 from sentemb.evaluation.base import UnusableVectors
 from sentemb.io import CheckpointError
+from sentemb.training.callback import DivergenceError
 from sentemb.training.checkpoint import (
     LOCK_FILE,
     STATE_FILE,
@@ -32,7 +33,7 @@ from sentemb.training.checkpoint import (
 )
 from sentemb.training.config import TrainConfig
 from sentemb.training.processes import ONE_GPU, one_gpu, pick_device
-from sentemb.training.trainer import DivergenceError, check_run
+from sentemb.training.trainer import check_run
 
 from support.training import hold_checkpoints, make_job
 

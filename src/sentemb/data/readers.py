@@ -179,7 +179,7 @@ def split_columns(line: str, path: Path, lineno: int, count: int, exact: bool = 
     return columns
 
 
-def _data_lines(lines: list[str], skip_header: bool) -> Iterator[tuple[int, str]]:
+def data_lines(lines: list[str], skip_header: bool) -> Iterator[tuple[int, str]]:
     for lineno, line in enumerate(lines, start=1):
         if (skip_header and lineno == 1) or is_blank(line):
             continue
@@ -213,7 +213,7 @@ def read_stsb(root: Path, split: str) -> PairSet:
     """STS Benchmark: score in column 5, sentences in 6 and 7; quotes are literal text."""
     path = root / SENTEVAL_DIR / "STS" / "STSBenchmark" / f"sts-{split}.csv"
     pairs = PairSet()
-    for lineno, line in _data_lines(read_lines(path), skip_header=False):
+    for lineno, line in data_lines(read_lines(path), skip_header=False):
         columns = split_columns(line, path, lineno, 7, exact=False)
         pairs.scores.append(parse_score(columns[4], path, lineno, 0.0, 5.0))
         pairs.first.append(non_blank(columns[5], "sentence 1", path, lineno))
@@ -228,7 +228,7 @@ def read_sick(root: Path, split: str) -> PairSet:
     if not lines[0].startswith("pair_ID"):
         raise DataFormatError(f"{path}:1: expected the header row 'pair_ID ...'")
     pairs = PairSet()
-    for lineno, line in _data_lines(lines, skip_header=True):
+    for lineno, line in data_lines(lines, skip_header=True):
         columns = split_columns(line, path, lineno, 5)
         pairs.first.append(non_blank(columns[1], "sentence A", path, lineno))
         pairs.second.append(non_blank(columns[2], "sentence B", path, lineno))
@@ -254,7 +254,7 @@ def read_sst2(root: Path, split: str) -> LabelledSentences:
     """SST-2 (binary), `sentence TAB label` per line."""
     path = root / SENTEVAL_DIR / "SST" / "binary" / f"sentiment-{split}"
     data = LabelledSentences()
-    for lineno, line in _data_lines(read_lines(path), skip_header=False):
+    for lineno, line in data_lines(read_lines(path), skip_header=False):
         sentence, label = split_columns(line, path, lineno, 2)
         if label.strip() not in ("0", "1"):
             raise DataFormatError(f"{path}:{lineno}: label {label!r} is not 0 or 1")
@@ -271,7 +271,7 @@ def read_trec(root: Path, split: str) -> LabelledSentences:
     name = "train_5500.label" if split == "train" else "TREC_10.label"
     path = root / SENTEVAL_DIR / "TREC" / name
     data = LabelledSentences()
-    for lineno, line in _data_lines(read_lines(path, "latin-1"), skip_header=False):
+    for lineno, line in data_lines(read_lines(path, "latin-1"), skip_header=False):
         label, _, question = line.strip().partition(" ")
         coarse = label.split(":")[0]
         if coarse not in TREC_CLASSES or is_blank(question):
@@ -288,7 +288,7 @@ def read_mrpc(root: Path, split: str) -> tuple[PairSet, list[int]]:
     if not lines[0].startswith("Quality"):
         raise DataFormatError(f"{path}:1: expected the header row 'Quality ...'")
     pairs, labels = PairSet(), []
-    for lineno, line in _data_lines(lines, skip_header=True):
+    for lineno, line in data_lines(lines, skip_header=True):
         columns = split_columns(line, path, lineno, 5)
         if columns[0] not in ("0", "1"):
             raise DataFormatError(f"{path}:{lineno}: label {columns[0]!r} is not 0 or 1")
@@ -307,7 +307,7 @@ def read_chinese(root: Path, name: str, split: str, max_pairs: int | None = None
     path = root / "senteval_cn" / name / f"{name}.{split}.data"
     high = 5.0 if name == "STS-B" else 1.0
     pairs = PairSet()
-    for lineno, line in _data_lines(read_lines(path), skip_header=False):
+    for lineno, line in data_lines(read_lines(path), skip_header=False):
         first, second, label = split_columns(line, path, lineno, 3)
         pairs.first.append(non_blank(first, "sentence 1", path, lineno))
         pairs.second.append(non_blank(second, "sentence 2", path, lineno))
@@ -331,107 +331,6 @@ def read_corpus(path: Path, limit: int | None = None) -> Iterator[str]:
             yield line.strip()
     if count == 0:
         raise DataFormatError(f"{path}: file is empty")
-
-
-# --- Retrieval and reranking sets (PaSeR §4.1: QQP retrieval, AskUbuntu reranking) ---
-
-QQP_DIR = "qqp"
-QQP_HEADER = ("id", "qid1", "qid2", "question1", "question2", "is_duplicate")
-ASKUBUNTU_DIR = "askubuntu"
-
-
-def read_qqp(root: Path, splits: tuple[str, ...] | list[str] = ("train", "dev")) -> PairSet:
-    """Quora Question Pairs from GLUE's QQP-clean (`qqp/{split}.tsv`); scores are the 0/1 labels.
-
-    Each file has the header row `id qid1 qid2 question1 question2 is_duplicate`, then six
-    tab-separated columns per row. A row with another number of columns or a label other than 0/1
-    is a `DataFormatError` naming the file and line. A handful of GLUE rows have a blank question:
-    they are skipped (there is nothing to retrieve or rank), not an error. Splits are concatenated.
-    """
-    pairs = PairSet()
-    for split in splits:
-        path = root / QQP_DIR / f"{split}.tsv"
-        lines = read_lines(path)
-        if tuple(c.strip() for c in lines[0].split("\t")) != QQP_HEADER:
-            raise DataFormatError(f"{path}:1: expected the header row {' '.join(QQP_HEADER)!r}")
-        for lineno, line in _data_lines(lines, skip_header=True):
-            columns = split_columns(line, path, lineno, len(QQP_HEADER))
-            label = columns[5].strip()
-            if label not in ("0", "1"):
-                raise DataFormatError(f"{path}:{lineno}: label {columns[5]!r} is not 0 or 1")
-            first, second = columns[3].strip(), columns[4].strip()
-            if is_blank(first) or is_blank(second):
-                continue
-            pairs.first.append(first)
-            pairs.second.append(second)
-            pairs.scores.append(float(label))
-    return pairs
-
-
-@dataclass
-class RerankingSet:
-    """Queries, each with its candidates to rerank and the similar (positive) ones, by id.
-
-    `positives[i]` keeps the ids listed as similar even when they are not among `candidates[i]`;
-    the evaluator scores only candidates. `titles` maps every id used here to its title.
-    """
-
-    queries: list[str] = field(default_factory=list)
-    candidates: list[list[str]] = field(default_factory=list)
-    positives: list[list[str]] = field(default_factory=list)
-    titles: dict[str, str] = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return len(self.queries)
-
-
-def read_askubuntu_texts(root: Path) -> dict[str, str]:
-    """Question id -> title from `askubuntu/text_tokenized.txt.gz` (`id TAB title TAB body`).
-
-    Titles are already tokenized and lower-cased in the release; a repeated id keeps its first.
-    A blank title is no title (`read_askubuntu` refuses an id it uses without one).
-    """
-    path = root / ASKUBUNTU_DIR / "text_tokenized.txt.gz"
-    titles: dict[str, str] = {}
-    for lineno, line in _data_lines(read_lines(path), skip_header=False):
-        columns = split_columns(line, path, lineno, 2, exact=False)
-        qid = non_blank(columns[0], "the question id", path, lineno).strip()
-        if not is_blank(columns[1]):
-            titles.setdefault(qid, columns[1].strip())
-    return titles
-
-
-def read_askubuntu(root: Path, split: str = "test") -> RerankingSet:
-    """AskUbuntu reranking (split: test or dev) in the layout of github.com/taolei87/askubuntu.
-
-    Each line of `askubuntu/{split}.txt` is `query_id TAB similar_ids TAB candidate_ids TAB bm25`,
-    ids space-separated (similar may be empty; the BM25 column is ignored). Candidates keep their
-    order, repeats dropped. Every query and candidate id must have a title in
-    `text_tokenized.txt.gz`; one without is a `DataFormatError` naming the file and line.
-    """
-    titles = read_askubuntu_texts(root)
-    path = root / ASKUBUNTU_DIR / f"{split}.txt"
-    data = RerankingSet()
-    used: set[str] = set()
-    for lineno, line in _data_lines(read_lines(path), skip_header=False):
-        columns = split_columns(line, path, lineno, 3, exact=False)
-        query = columns[0].strip()
-        similar = list(dict.fromkeys(columns[1].split()))
-        candidates = list(dict.fromkeys(columns[2].split()))
-        if is_blank(query) or not candidates:
-            raise DataFormatError(f"{path}:{lineno}: expected a query id and candidate ids")
-        unknown = [q for q in (query, *candidates) if q not in titles]
-        if unknown:
-            raise DataFormatError(f"{path}:{lineno}: question id {unknown[0]!r} has no title")
-        data.queries.append(query)
-        data.candidates.append(candidates)
-        data.positives.append(similar)
-        used.update((query, *candidates))
-    data.titles = {qid: titles[qid] for qid in sorted(used)}
-    return data
-
-
-# --- Training corpora ---
 
 
 def sts_sentences(root: Path) -> list[str]:

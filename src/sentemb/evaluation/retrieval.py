@@ -44,14 +44,8 @@ import scipy.sparse as sp
 from sklearn.preprocessing import normalize
 
 from sentemb.config import Count, PairSample, choice_problems
-from sentemb.data.readers import (
-    PairSet,
-    RerankingSet,
-    read_askubuntu,
-    read_chinese,
-    read_mrpc,
-    read_qqp,
-)
+from sentemb.data.queries import RerankingSet, read_askubuntu, read_qqp
+from sentemb.data.readers import PairSet, read_chinese, read_mrpc
 from sentemb.evaluation.base import (
     CHINESE,
     ENGLISH,

@@ -15,9 +15,10 @@ import torch
 
 from sentemb.pooling import POOLERS
 from sentemb.precision import autocast_dtype
+from sentemb.training.callback import RunCallback, RunHooks
 from sentemb.training.data import Collator, training_dataset
 from sentemb.training.processes import pick_device, process_rank
-from sentemb.training.trainer import DevScore, RunCallback, RunHooks, Trainer
+from sentemb.training.trainer import DevScore, Trainer
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -119,5 +120,5 @@ def build_trainer(
         callbacks=[callback, *callbacks],
     )
     trainer.remove_callback(PrinterCallback)  # the callback logs each logged step as a line
-    callback.trainer = trainer
+    callback.trainer, trainer.run = trainer, callback
     return trainer

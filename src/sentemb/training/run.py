@@ -36,6 +36,7 @@ from sentemb.precision import autocast_dtype, precision_used
 from sentemb.registry import METHODS
 from sentemb.st_model import st_model
 from sentemb.training.build import build_trainer
+from sentemb.training.callback import RunHooks, TrainResult
 from sentemb.training.checkpoint import (
     exclusive,
     explain_fresh_start,
@@ -49,7 +50,7 @@ from sentemb.training.config import TrainConfig
 from sentemb.training.modelcard import CardInfo, write_model_card
 from sentemb.training.processes import pick_device, process_count, process_rank
 from sentemb.training.selection import Selection, selection_of
-from sentemb.training.trainer import RunHooks, TrainResult, check_run
+from sentemb.training.trainer import check_run
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
