@@ -11,7 +11,9 @@ import pytest
 import torch
 
 from sentemb.config import ConfigError
-from sentemb.losses import LOSSES, SSCLLoss, method_loss
+from sentemb.losses import OneMethodLoss, method_loss, method_losses
+from sentemb.methods.base import SimCSEConfig
+from sentemb.methods.sscl import SSCLConfig, SSCLLoss
 from sentemb.registry import METHODS
 
 from support.training import SENTENCES
@@ -63,23 +65,31 @@ def test_each_method_trains_through_the_stock_trainer(
     assert len(losses) == 3 and all(math.isfinite(v) for v in losses)
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
     assert all(p.grad is None for p in loss.own_parameters())
-    if spec in LOSSES:
-        assert type(loss) is LOSSES[spec]
+    if spec in METHODS:
+        assert type(loss) is method_losses()[spec]
 
 
-def test_a_loss_class_takes_its_section_as_keywords(tiny_st) -> None:
-    """`SSCLLoss(model, layers=[-2])` sets params of `sscl`; a typo or a bad value is the params
-    file's own error."""
-    assert (
-        SSCLLoss(tiny_st, layers=[-2], variant="self", average_with_simcse=False)
-        .parts["sscl"]
-        .config.variant
-        == "self"
-    )
-    with pytest.raises(ConfigError, match=r"^sscl: unknown key\(s\) \['layr'\]"):
-        SSCLLoss(tiny_st, layr=[-2])
+def test_a_loss_class_takes_its_section_typed(tiny_st) -> None:
+    """`SSCLLoss(model, SSCLConfig(layers=[-2]))` sets params of `sscl`; a value out of range is
+    the params file's own error, since the config is checked as a section is."""
+    config = SSCLConfig(layers=[-2], variant="self", average_with_simcse=False)
+    assert SSCLLoss(tiny_st, config).parts["sscl"].config == config
+    with pytest.raises(ConfigError, match=r"^sscl.layers\[0\]: must be <= -2, got -1"):
+        SSCLLoss(tiny_st, SSCLConfig(layers=[-1]))
     with pytest.raises(ConfigError, match=r"^simcse.temperature: must be in \[0.001, 1\]"):
-        SSCLLoss(tiny_st, temperature=0.0)
+        SSCLLoss(tiny_st, simcse=SimCSEConfig(temperature=0.0))
+
+
+@pytest.mark.parametrize("name", list(METHODS))
+def test_every_method_has_its_loss_class_in_its_file(name: str) -> None:
+    """A method is one file: its part, its params dataclass, and its loss class, whose typed
+    argument is that dataclass, with the paper and a usage example in its docstring."""
+    found = [cls for cls in OneMethodLoss.__subclasses__() if cls.method == name]
+    assert len(found) == 1, f"{name}: {found}"
+    cls = found[0]
+    assert cls.__module__ == METHODS[name].cls.__module__
+    assert cls.__orig_bases__[0].__args__ == (METHODS[name].config,)
+    assert "Example::" in cls.__doc__ and f"{cls.__name__}(model" in cls.__doc__
 
 
 def test_the_head_exists_only_for_contrastive_objectives(tiny_st, tmp_path: Path) -> None:

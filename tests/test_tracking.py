@@ -22,8 +22,8 @@ import pytest
 
 from sentemb import clock, mlflow_store, signals, tracking
 from sentemb.io import numbers
-from sentemb.services import CONNECT_SECONDS
 from sentemb.mlflow_store import param_value, sanitize_key
+from sentemb.services import CONNECT_SECONDS
 from sentemb.tracking import TrackingWarning, mlflow_run
 
 from support import MIRROR, REPO

@@ -291,8 +291,11 @@ def _coerce(value: Any, annotation: Any, where: str, nullable: bool = False) -> 
 
 
 def from_dict(cls: type[T], values: dict[str, Any] | None, where: str) -> T:
-    """Build dataclass `cls` from `values`; unknown keys and bad types raise `ConfigError`."""
+    """Build dataclass `cls` from `values` (a mapping, or a `cls` built in code, checked the
+    same way); unknown keys and bad types raise `ConfigError`."""
     values = {} if values is None else values
+    if isinstance(values, cls):
+        values = dataclasses.asdict(values)
     hints = typing.get_type_hints(cls, include_extras=True)
     listed = getattr(cls, "LIST", None)  # a section written as the list of this field
     if listed is not None and isinstance(values, list):

@@ -1,21 +1,22 @@
 """Every training method as a sentence-transformers loss, trained by its trainer.
 
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
-    from sentemb.losses import DCLRLoss
+    from sentemb.losses import method_loss
 
     model = SentenceTransformer("bert-base-uncased")
-    loss = DCLRLoss(model)                    # or method_loss("iscse+dclr", model)
+    loss = method_loss("iscse+dclr", model)   # or one method's: DCLRLoss(model, DCLRConfig())
     SentenceTransformerTrainer(model=model, train_dataset=sentences, loss=loss).train()
 
 `train_dataset` has one column of sentences. Each loss is unsupervised SimCSE's objective
 (Gao et al., 2021, eq. 1: two dropout views of each sentence in one forward pass, InfoNCE over
 the in-batch negatives at temperature 0.05, a fresh dense + tanh head over the pooled vector in
-training only) with the parts of its method (`sentemb.methods`), built from the params.yaml
-defaults of their sections; keyword arguments set any param of the method's section
-(`SSCLLoss(model, layers=[-2, -3])`). What a method trains besides the model lives in the loss,
-as `GISTEmbedLoss` holds its guide model: the head, IS-CSE's buffer, DCLR's frozen
-complementary model, PaSeR's decoder and MLM head. PaSeR finds its phrases itself (RAKE) unless
-the data collator of `sentemb.training.data` hands it the pipeline's.
+training only) with the parts of its method (`sentemb.methods`). `MethodLoss` composes the parts
+of any spec, from params.yaml's sections (their defaults where absent); each method's file has
+its own loss class, its section typed (`SSCLLoss(model, SSCLConfig(layers=[-2, -3]))`, a
+`OneMethodLoss`). What a method trains besides the model lives in the loss, as `GISTEmbedLoss`
+holds its guide model: the head, IS-CSE's buffer, DCLR's frozen complementary model, PaSeR's
+decoder and MLM head. PaSeR finds its phrases itself (RAKE) unless the data collator of
+`sentemb.training.data` hands it the pipeline's.
 
 Under several processes (`torchrun`), the vectors are gathered with gradient, so the negatives
 are those of the global batch, and a mean over items scales by the global count: the average of
@@ -33,7 +34,7 @@ import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -46,6 +47,8 @@ from sentemb.registry import METHODS
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
+
+C = TypeVar("C")  # a method's params dataclass
 
 
 def contrastive(names: Iterable[str]) -> bool:
@@ -281,62 +284,36 @@ LIVE: weakref.WeakSet[MethodLoss] = weakref.WeakSet()  # every loss not yet coll
 register_optimizer_step_post_hook(clear_own_gradients)
 
 
-class _OneMethod(MethodLoss):
-    """A loss of one method: its section's params as keyword arguments."""
+class OneMethodLoss(MethodLoss, Generic[C]):
+    """The loss of one method, its section given typed: `config` (the method's params
+    dataclass, the paper's defaults where None) and SimCSE's base (`simcse`, its temperature).
+    Each method's file defines its own (`SSCLLoss(model, SSCLConfig(layers=[-2, -3]))`); a
+    config is checked as params.yaml's section is."""
 
     method: ClassVar[str]
 
     def __init__(
         self,
         model: SentenceTransformer,
+        config: C | None = None,
         *,
-        temperature: float = 0.05,
+        simcse: SimCSEConfig | None = None,
         seed: int = 0,
         mlp_head: bool = True,
         total_steps: int | None = None,
-        **params: Any,
     ) -> None:
-        sections: dict[str, Any] = {"simcse": {"temperature": temperature}}
-        if params or self.method != "simcse":
-            sections[self.method] = params
+        sections: dict[str, Any] = {"simcse": simcse or SimCSEConfig()}
+        if config is not None:
+            sections[self.method] = config
         super().__init__(
             model, self.method, sections, seed=seed, mlp_head=mlp_head, total_steps=total_steps
         )
 
 
-class SimCSELoss(_OneMethod):
-    """Unsupervised SimCSE (Gao, Yao & Chen, EMNLP 2021), eq. 1."""
-
-    method = "simcse"
-
-
-class SSCLLoss(_OneMethod):
-    """SSCL (Chen et al., ACL 2023 Findings), eq. 4: intermediate-layer negatives."""
-
-    method = "sscl"
-
-
-class ISCSELoss(_OneMethod):
-    """IS-CSE (He et al., AAAI 2023), eq. 3-8: instance smoothing from a FIFO buffer."""
-
-    method = "iscse"
-
-
-class DCLRLoss(_OneMethod):
-    """DCLR (Zhou et al., ACL 2022), eq. 1-6: noise negatives, complementary-model weights."""
-
-    method = "dclr"
-
-
-class PaSeRLoss(_OneMethod):
-    """PaSeR (Wu & Zhao, 2022), eq. 2-4: phrase reconstruction and MLM."""
-
-    method = "paser"
-
-
-LOSSES: dict[str, type[_OneMethod]] = {
-    cls.method: cls for cls in (SimCSELoss, SSCLLoss, ISCSELoss, DCLRLoss, PaSeRLoss)
-}
+def method_losses() -> dict[str, type[OneMethodLoss]]:
+    """Each registered method's loss class (a `OneMethodLoss` in its file), by method name."""
+    METHODS.import_all()
+    return {cls.method: cls for cls in OneMethodLoss.__subclasses__()}
 
 
 def method_loss(
@@ -348,9 +325,9 @@ def method_loss(
     """The loss of any method spec, `+` joins included, with the params.yaml sections in
     `params` (defaults where absent); `options`: `seed`, `mlp_head`, `total_steps`."""
     names, params = parse_spec(spec), dict(params or {})
-    if len(names) > 1 or names[0] not in LOSSES:
+    if len(names) > 1:
         return MethodLoss(model, spec, params, **options)
     name = names[0]
-    own = params.get(name) if name != "simcse" else None
-    temperature = section(params, "simcse", SimCSEConfig).temperature
-    return LOSSES[name](model, temperature=temperature, **(own or {}), **options)
+    config = section(params, name, METHODS[name].config)
+    base = section(params, "simcse", SimCSEConfig)
+    return method_losses()[name](model, config, simcse=base, **options)

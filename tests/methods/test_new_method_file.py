@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import sentemb
@@ -15,33 +16,9 @@ from support.training import TESTS
 
 HERE = Path(__file__).resolve().parent
 
-# A DiffCSE-like part in one file: a config beside the class, its maths as a plain function.
-NEW_METHOD = '''
-"""A probe method: adds `weight` times the mean squared distance of the two views."""
-
-from dataclasses import dataclass
-
-from torch import Tensor
-
-from sentemb.methods.base import Method, MethodConfig, Objective, TrainState, Views
-from sentemb.registry import register_method
-
-
-@dataclass
-class ProbeConfig(MethodConfig):
-    weight: float = 0.5
-
-
-def view_distance(anchors: Tensor, positives: Tensor) -> Tensor:
-    return (anchors - positives).pow(2).sum(-1).mean()
-
-
-@register_method("probe", config=ProbeConfig)
-class Probe(Method):
-    def contribute(self, objective: Objective, views: Views, state: TrainState) -> None:
-        distance = view_distance(objective.anchors, objective.positives)
-        objective.terms["probe/distance"] = self.config.weight * distance
-'''
+# The worked example of docs/extending.md: a method in one file, trained as it stands there.
+EXTENDING = (Path(__file__).resolve().parents[2] / "docs" / "extending.md").read_text()
+NEW_METHOD = textwrap.dedent(EXTENDING.split("```python\n", 1)[1].split("```", 1)[0])
 
 
 def test_a_new_method_file_is_found_and_trains(tiny_model_dir: Path, tmp_path: Path) -> None:
@@ -63,6 +40,8 @@ def test_a_new_method_file_is_found_and_trains(tiny_model_dir: Path, tmp_path: P
         "logs = []\n"
         f"job.train(Path({str(tmp_path / 'out')!r}), Path({str(tmp_path / 'ck')!r}),"
         " on_log=lambda metrics, step: logs.extend(metrics))\n"
+        "from sentemb.losses import method_losses\n"
+        "assert method_losses()['probe'].__name__ == 'ProbeLoss'\n"
         "print(sorted(r.METHODS), sorted(set(logs)))\n"
     )
     path = os.pathsep.join([str(library), str(TESTS)])

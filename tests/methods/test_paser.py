@@ -11,9 +11,10 @@ import torch
 
 from sentemb.config import ConfigError
 from sentemb.encoder import Encoder
-from sentemb.losses import PaSeRLoss, method_loss
+from sentemb.losses import method_loss
 from sentemb.methods.paser import (
     MaskedCopy,
+    PaSeRLoss,
     decoder_targets,
     decoding_signal,
     mask_phrases,

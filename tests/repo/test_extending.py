@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import yaml
@@ -18,26 +19,12 @@ import sentemb
 from support import REPO
 
 NEW_FILES = {
-    "methods/dummy.py": '''
-"""A dummy method: adds `weight` times the mean squared distance of the two views."""
-
-from dataclasses import dataclass
-
-from sentemb.methods.base import Method, Objective, TrainState, Views
-from sentemb.registry import register_method
-
-
-@dataclass
-class DummyConfig:
-    weight: float = 0.5
-
-
-@register_method("dummy", config=DummyConfig)
-class Dummy(Method):
-    def contribute(self, objective: Objective, views: Views, state: TrainState) -> None:
-        distance = (objective.anchors - objective.positives).pow(2).sum(-1).mean()
-        objective.terms["dummy/distance"] = self.config.weight * distance
-''',
+    # the worked method of docs/extending.md, renamed
+    "methods/dummy.py": textwrap.dedent(
+        (REPO / "docs" / "extending.md").read_text().split("```python\n", 1)[1].split("```")[0]
+    )
+    .replace("probe", "dummy")
+    .replace("Probe", "Dummy"),
     "evaluation/dummy.py": '''
 """A dummy suite: the mean norm of the vectors of a few STS-B dev sentences."""
 

@@ -45,6 +45,7 @@ from sentemb.config import (
     Probability,
     Temperature,
 )
+from sentemb.losses import OneMethodLoss
 from sentemb.methods.base import Method, MethodConfig, Objective, RunShape, TrainState, Views
 from sentemb.methods.functional import (
     NORM_EPS,
@@ -292,3 +293,22 @@ def complementary_model(config: DCLRConfig, model: SentenceTransformer) -> Sente
                 "read as other words: use a model of the same vocabulary"
             )
     return frozen.eval().requires_grad_(False)
+
+
+class DCLRLoss(OneMethodLoss[DCLRConfig]):
+    """DCLR (Zhou et al., ACL 2022) as a sentence-transformers loss.
+
+    Eq. 1-6: SimCSE's InfoNCE with noise negatives moved by gradient ascent (eq. 1-4), the
+    in-batch negatives a frozen complementary model finds too similar dropped (eq. 5).
+
+    Example::
+
+        from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
+        from sentemb.methods.dclr import DCLRConfig, DCLRLoss
+
+        model = SentenceTransformer("bert-base-uncased")
+        loss = DCLRLoss(model, DCLRConfig(phi=0.9))
+        SentenceTransformerTrainer(model=model, train_dataset=sentences, loss=loss).train()
+    """
+
+    method = "dclr"

@@ -36,6 +36,7 @@ import torch
 from torch import Tensor
 
 from sentemb.config import Count, NonNegative, Probability, Range
+from sentemb.losses import OneMethodLoss
 from sentemb.methods.base import Method, MethodConfig, Objective, TrainState, Views
 from sentemb.methods.functional import (
     check_temperature,
@@ -325,3 +326,22 @@ class ISCSE(Method):
     def after_step(self, views: Views) -> None:
         self.buffer.copy_(fifo_enqueue(self.buffer, views.positives))
         self.filled = min(self.filled + views.positives.shape[0], self.buffer.shape[0])
+
+
+class ISCSELoss(OneMethodLoss[ISCSEConfig]):
+    """IS-CSE (He et al., AAAI 2023) as a sentence-transformers loss.
+
+    Eq. 3-8: SimCSE's InfoNCE plus ``α L_smoothing`` (eq. 6), the positives smoothed with their
+    k nearest rows of a FIFO buffer of past positives (eq. 4) or their K-means centre (eq. 5).
+
+    Example::
+
+        from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
+        from sentemb.methods.iscse import ISCSEConfig, ISCSELoss
+
+        model = SentenceTransformer("bert-base-uncased")
+        loss = ISCSELoss(model, ISCSEConfig(k=16, alpha=0.1))
+        SentenceTransformerTrainer(model=model, train_dataset=sentences, loss=loss).train()
+    """
+
+    method = "iscse"

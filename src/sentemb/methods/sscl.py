@@ -34,6 +34,7 @@ import torch
 from torch import Tensor
 
 from sentemb.config import ConfigError, Range
+from sentemb.losses import OneMethodLoss
 from sentemb.methods.base import Method, MethodConfig, Objective, RunShape, TrainState, Views
 from sentemb.methods.functional import gather_with_grad
 from sentemb.registry import register_method
@@ -142,3 +143,22 @@ class SSCL(Method):
             extra_weights=[objective.extra_weights[i] for i in keep],
         )
         return 0.5 * (loss + without.contrastive_loss())
+
+
+class SSCLLoss(OneMethodLoss[SSCLConfig]):
+    """SSCL (Chen et al., ACL 2023 Findings) as a sentence-transformers loss.
+
+    Eq. 4: SimCSE's InfoNCE with the pooled intermediate-layer vectors ``h_i^-`` as extra
+    negatives of the last-layer anchor (`layers`, `variant`; module docstring).
+
+    Example::
+
+        from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
+        from sentemb.methods.sscl import SSCLConfig, SSCLLoss
+
+        model = SentenceTransformer("bert-base-uncased")
+        loss = SSCLLoss(model, SSCLConfig(layers=[-2, -3]))  # Progressive SSCL, §5.2
+        SentenceTransformerTrainer(model=model, train_dataset=sentences, loss=loss).train()
+    """
+
+    method = "sscl"

@@ -32,6 +32,7 @@ from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBas
 
 from sentemb.config import ConfigError, Count, NonNegative, Range
 from sentemb.data.augment import EDA, EDA_OPERATIONS
+from sentemb.losses import OneMethodLoss
 from sentemb.methods.base import Method, MethodConfig, Objective, RunShape, TrainState, Views
 from sentemb.methods.functional import in_fp32
 from sentemb.methods.paser.decoder import (
@@ -371,3 +372,22 @@ def decoder_targets(
         inputs[i, : len(row)] = torch.tensor([bos, *row[:-1]])
         targets[i, : len(row)] = torch.tensor(row)
     return inputs, targets
+
+
+class PaSeRLoss(OneMethodLoss[PaSeRConfig]):
+    """PaSeR (Wu & Zhao, 2022) as a sentence-transformers loss.
+
+    Eq. 2-4: a decoder rebuilds a sentence's masked RAKE phrases from the signal of its vector
+    and its masked copy's (eq. 2-3), plus masked language modelling (eq. 4); no InfoNCE.
+
+    Example::
+
+        from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
+        from sentemb.methods.paser import PaSeRConfig, PaSeRLoss
+
+        model = SentenceTransformer("bert-base-uncased")
+        loss = PaSeRLoss(model, PaSeRConfig(mask_phrases=3))
+        SentenceTransformerTrainer(model=model, train_dataset=sentences, loss=loss).train()
+    """
+
+    method = "paser"
