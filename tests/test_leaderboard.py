@@ -16,12 +16,13 @@ import yaml
 
 from sentemb.config import UserError
 from sentemb.registry import SUITES
+from sentemb.results import revisions
 from sentemb.results.readers import MissingResults, folder_reader
 from sentemb.results.revisions import git_remote
 from sentemb.results.runs import SCORES, committed_files
 from sentemb.review import board as board_module
 from sentemb.review import leaderboard as leaderboard_module
-from sentemb.review import render, revisions
+from sentemb.review import render
 from sentemb.training.config import BUILT_IN
 
 from support.experiments import fake_experiment, write_experiment
@@ -301,11 +302,12 @@ def test_compare_reads_a_revision_from_git_alone(repo: Path, tmp_path: Path) -> 
 
     assert len(rows(done.stdout)) == len(rows(full.stdout)) > 5
     for mine, theirs in zip(rows(done.stdout), rows(full.stdout), strict=True):
-        assert mine[-1] == "t-test (seeds) |"
+        # the t-test where the seeds' differences spread, else no test could run
+        assert mine[-1] == ("no test |" if mine[5] == "-" else "t-test (seeds) |")
         assert mine[:4] + mine[5:6] == theirs[:4] + theirs[5:6]  # row, sides, Δ, p
     notes = [line for line in done.stdout.splitlines() if line.startswith("- `x`: ")]
     assert notes[0].startswith("- `x`: per-seed scores from git (plots/summary/scores.json)")
-    assert "every verdict rests on the t-test over seeds" in notes[1]
+    assert "no verdict rests on the bootstrap over test pairs" in notes[1]
 
 
 def test_git_holds_every_score_a_comparison_reads(tmp_path: Path) -> None:
@@ -381,7 +383,7 @@ def test_a_damaged_score_record_is_one_error(tmp_path: Path, damage, message: st
 def test_compare_without_predictions_rests_on_the_seeds_and_says_how_to_get_them(
     repo: Path, tmp_path: Path, remote: str | None, kind: str
 ) -> None:
-    """Predictions no cache holds: every verdict rests on the t-test over seeds, and the output
+    """Predictions no cache holds: no verdict rests on the bootstrap over test pairs, and the output
     says so and why. With a default remote: the pull command for that kind of name, quoted for
     a shell; without one (a fresh clone here), no `dvc pull` that could only fail: add the
     remote, or rerun (a revision's pipeline, or the experiment as a new one: `git checkout` of
@@ -401,9 +403,10 @@ def test_compare_without_predictions_rests_on_the_seeds_and_says_how_to_get_them
     done = python(clone, "sentemb.review.compare", "HEAD~1" if kind == "revision" else "HEAD", name)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [line for line in done.stdout.splitlines() if line.startswith("| sts")]
-    assert rows and all(row.endswith("| t-test (seeds) |") and "| - |" in row for row in rows)
+    # the same run on both sides: no bootstrap (no predictions), no t-test (no spread)
+    assert rows and all(row.endswith("| no test |") and "| - |" in row for row in rows)
     note = next(line for line in done.stdout.splitlines() if line.startswith(f"- `{name}`"))
-    assert "every verdict rests on the t-test over seeds" in note
+    assert "no verdict rests on the bootstrap over test pairs" in note
     assert f"missing: {name}:predictions/1/sts.npz: not in git, the DVC cache" in note
     again = {
         "revision": f"run that revision's pipeline again (`git checkout {name} && dvc repro`)",
@@ -464,16 +467,19 @@ def test_leaderboard_builds_from_git_alone(
     for mine, theirs in zip(rows, full_rows, strict=True):
         assert mine["scores"] == theirs["scores"]
         for row, result in mine["versus"].items():
-            assert result["test"] == "seeds" and result["low"] is None
+            expected = "seeds" if result["p_seeds"] is not None else "none"
+            assert result["test"] == expected and result["low"] is None
             assert result["p_seeds"] == theirs["versus"][row]["p_seeds"]
     assert rows[0]["trained_on"].endswith("autocast not in git")
     report = (clone / "reports" / "leaderboard.md").read_text()
     tests = report.split("## Against SimCSE")[1].split("\n\n")[1].splitlines()[2:]
-    assert tests and all(line.endswith("| t-test (seeds) |") for line in tests)
+    assert tests and all(line.endswith(("| t-test (seeds) |", "| no test |")) for line in tests)
+    # no p (the seeds' differences do not spread): no test; a p: the t-test
+    assert all(line.endswith("| no test |") == (line.split(" | ")[4] == "-") for line in tests)
     # where SimCSE's scores came from, and why no test against it has a bootstrap (the
     # experiment's commit still holds its own files)
     assert "- simcse: per-seed scores from git (plots/summary/scores.json)" in report
-    assert "- simcse: every verdict rests on the t-test over seeds, not the" in report
+    assert "- simcse: no verdict rests on the bootstrap over test pairs (the t-test" in report
     assert "- sscl: " not in report and rows[1]["notes"] == []
 
 

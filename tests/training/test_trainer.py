@@ -48,7 +48,7 @@ def test_each_logged_step_says_the_time_left(
 ) -> None:
     """Without a terminal (a log file, `dvc repro` under `make repro`) each logged step is a line
     with the time left at this run's own pace."""
-    with caplog.at_level(logging.INFO, logger="sentemb.training.trainer"):
+    with caplog.at_level(logging.INFO, logger="sentemb.training.callback"):
         make_job(tiny_model_dir, "simcse", tmp_path / "ck").train(tmp_path / "out", tmp_path / "ck")
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step ")]
     logged = [line for line in lines if "loss" in line]

@@ -85,8 +85,8 @@ class Experiment:
             )
         if self.predictions_missing:
             notes.append(
-                "every verdict rests on the t-test over seeds, not the bootstrap over test pairs,"
-                f" whose predictions are missing: {self.predictions_missing}"
+                "no verdict rests on the bootstrap over test pairs (the t-test over seeds decides,"
+                f" where it can run), whose predictions are missing: {self.predictions_missing}"
             )
         return notes
 

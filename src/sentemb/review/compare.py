@@ -12,8 +12,9 @@ seed means, the paired bootstrap over the test pairs (STS, Chinese, own sets) an
 t-test over seeds, and a verdict where |Δ| below `compare.noise` (of B's params) is `noise`;
 each row says which test its verdict rests on. A revision's per-seed metrics that no cache or
 remote holds are read from git (`plots/summary/scores.json`); where a side's predictions are
-missing, every verdict rests on the t-test over seeds and a note says why and which `dvc`
-command gets them. The output is a pull request's comment: `... | gh pr comment <n> -F -`.
+missing, no verdict rests on the bootstrap (the t-test over seeds decides, where it can run)
+and a note says why and which `dvc` command gets them. The output is a pull request's
+comment: `... | gh pr comment <n> -F -`.
 """
 
 from __future__ import annotations
