@@ -20,6 +20,7 @@ from sentemb.encoder import Encoder
 from sentemb.model_files import resolve_model
 
 from support import MIRROR
+from support.models import random_bert
 
 if "PYTEST_XDIST_WORKER_COUNT" in os.environ:  # `pytest -n N`: N workers share the cores
     THREADS = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
@@ -47,23 +48,16 @@ def mirror() -> Path:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 2-layer, 32-dim random BERT saved with the real MiniLM tokenizer."""
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=30522,
+    return random_bert(
+        tmp_path_factory.mktemp("tiny-bert"),
+        resolve_model("sentence-transformers/all-MiniLM-L6-v2"),
+        seed=0,
         hidden_size=32,
         num_hidden_layers=2,
         num_attention_heads=2,
         intermediate_size=64,
         max_position_embeddings=128,
     )
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    BertModel(config).save_pretrained(folder)
-    AutoTokenizer.from_pretrained(
-        resolve_model("sentence-transformers/all-MiniLM-L6-v2")
-    ).save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ from sentemb.losses import MethodLoss, method_loss
 from sentemb.methods import dclr
 from sentemb.registry import METHODS
 
+from support.models import random_bert
 from support.training import paser_params
 
 EPS = 1e-5  # central differences in fp64: truncation ~ε², rounding ~1e-16/ε
@@ -98,11 +99,10 @@ def case_id(case: tuple[str, dict]) -> str:
 def wide_model_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 3-layer, 16-dim random BERT, no dropout, weights drawn with std 0.5 (not 0.02): the
     [CLS] vectors of different sentences differ. The tiny model's tokenizer."""
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    torch.manual_seed(1)
-    config = BertConfig(
-        vocab_size=30522,
+    return random_bert(
+        tmp_path_factory.mktemp("wide-bert"),
+        tiny_model_dir,
+        seed=1,
         hidden_size=16,
         num_hidden_layers=3,
         num_attention_heads=2,
@@ -112,10 +112,6 @@ def wide_model_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactor
         attention_probs_dropout_prob=0.0,
         initializer_range=0.5,
     )
-    folder = tmp_path_factory.mktemp("wide-bert")
-    BertModel(config).save_pretrained(folder)
-    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture(scope="module")

@@ -65,3 +65,14 @@ def set_weight(name: str, value: float) -> Callable[[dict[str, torch.Tensor]], N
         weights[name] = torch.full_like(weights[name], value)
 
     return edit
+
+
+def random_bert(folder: Path, tokenizer: str | Path, seed: int, **config: object) -> Path:
+    """A random BERT (`config`: `BertConfig`'s fields beside the MiniLM vocabulary) drawn with
+    `seed` and saved in `folder` with the tokenizer at `tokenizer`."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    torch.manual_seed(seed)
+    BertModel(BertConfig(vocab_size=30522, **config)).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(tokenizer).save_pretrained(folder)
+    return folder
