@@ -7,11 +7,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from sentemb.config import ConfigError
-from sentemb.losses import OneMethodLoss, method_loss, method_losses
+from sentemb.losses import OneMethodLoss, TrainedParts, method_loss, method_losses
 from sentemb.methods.base import SimCSEConfig
 from sentemb.methods.sscl import SSCLConfig, SSCLLoss
 from sentemb.registry import METHODS
@@ -53,7 +54,7 @@ def test_each_method_trains_through_the_stock_trainer(
     """The README's five lines: `method_loss(spec, model)` with params.yaml's defaults (IS-CSE's
     buffer shrunk to fit 3 steps of 8), trained by sentence-transformers' own trainer and
     collator: finite losses, the model's weights moved, and the loss's own gradients cleared
-    after each step (the trainer clears only the model's)."""
+    after each step, with the model's (they are the model's: `TrainedParts`)."""
     from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(str(tiny_model_dir), device="cpu")
@@ -137,3 +138,39 @@ def test_a_forward_leaves_the_model_config_as_it_was(
     with pytest.raises(RuntimeError):
         loss([{**features, "input_ids": features["input_ids"][:, :0] - 1}])
     assert config.output_hidden_states is before
+
+
+def test_the_loss_weights_are_the_models_last_module(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """The loss's own trainable weights are the model's last module (`TrainedParts`), under
+    the loss's names: among the model's parameters (the trainer's zero_grad, clipping and DDP
+    cover them), saved and loaded with the model (its checkpoints), not in the loss's `state`.
+    A loss built later on the model replaces them; one without own weights removes them."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(tiny_model_dir), device="cpu")
+    modules = len(model)
+    loss = method_loss("simcse+paser", model, {"paser": {"decoder_layers": 1}})
+    parts = model[-1]
+    assert isinstance(parts, TrainedParts) and len(model) == modules + 1
+    names = {name for name, _ in parts.named_parameters()}
+    assert "head.dense.weight" in names
+    assert any(name.startswith("parts.paser.decoder.") for name in names)
+    theirs = {id(p) for p in model.parameters()}
+    assert loss.own_parameters() and all(id(p) in theirs for p in loss.own_parameters())
+    assert not any(key.startswith(("head.", "model.")) for key in loss.state())
+    sentences = ["one sentence", "and another one"]
+    model.save(str(tmp_path / "saved"))
+    # a module outside sentence-transformers: ST asks to trust it (the trainer's resume does)
+    loaded = SentenceTransformer(str(tmp_path / "saved"), device="cpu", trust_remote_code=True)
+    assert isinstance(loaded[-1], TrainedParts)
+    saved, back = parts.state_dict(), loaded[-1].state_dict()
+    assert saved.keys() == back.keys() and all(torch.equal(saved[k], back[k]) for k in saved)
+    assert np.array_equal(loaded.encode(sentences), model.encode(sentences))
+    method_loss("simcse", model)
+    assert len(model) == modules + 1 and model[-1] is not parts
+    assert {name for name, _ in model[-1].named_parameters()} == {
+        "head.dense.weight",
+        "head.dense.bias",
+    }
+    method_loss("simcse", model, mlp_head=False)
+    assert len(model) == modules and not isinstance(model[-1], TrainedParts)

@@ -18,27 +18,27 @@ holds its guide model: the head, IS-CSE's buffer, DCLR's frozen complementary mo
 decoder and MLM head. PaSeR finds its phrases itself (RAKE) unless the data collator of
 `sentemb.training.data` hands it the pipeline's.
 
-Under several processes (`torchrun`), the vectors are gathered with gradient, so the negatives
-are those of the global batch, and a mean over items scales by the global count: the average of
-the processes' gradients is the single-process gradient of the global batch. The model's own
-gradients are averaged by DDP; the loss's own modules are not in the DDP-wrapped model, so the
-pipeline's trainer averages theirs (`sentemb.training.trainer.Trainer`). The trainer clears
-only the model's gradients after a step; `clear_own_gradients` clears the loss's.
+The loss puts its own trainable weights (the head, PaSeR's decoder) in the model, as its last
+module (`TrainedParts`, which passes the features on): whichever trainer trains the model then
+zeroes, clips, averages (DDP) and checkpoints them as the model's. Save the encoder without it
+(`del model[-1]`; the pipeline saves its `Encoder`). Under several processes (`torchrun`), the
+vectors are gathered with gradient, so the negatives are those of the global batch, and a mean
+over items scales by the global count: the average of the processes' gradients is the
+single-process gradient of the global batch.
 """
 
 from __future__ import annotations
 
 import functools
 import operator
-import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import torch
+from sentence_transformers.base.modules import Module
 from torch import Tensor, nn
-from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from sentemb.config import parse_spec, section
 from sentemb.encoder import EncoderOutput
@@ -67,6 +67,39 @@ class MLPHead(nn.Module):
         return torch.tanh(self.dense(x))
 
 
+class TrainedParts(Module):
+    """A loss's own trainable weights as the model's last module, under the loss's names
+    (`head.dense.weight`, `parts.paser.decoder...`); the forward passes the features on. Saved
+    with the model's checkpoints; loaded from one, it holds the saved tensors under the same
+    names, which the trainer's resume copies into the live one."""
+
+    def __init__(self, weights: Mapping[str, Tensor] | None = None) -> None:
+        super().__init__()
+        for name, value in (weights or {}).items():
+            *path, leaf = name.split(".")
+            module: nn.Module = self
+            for step in path:
+                if step not in dict(module.named_children()):
+                    module.add_module(step, nn.Module())
+                module = module.get_submodule(step)
+            weight = value if isinstance(value, nn.Parameter) else nn.Parameter(value)
+            module.register_parameter(leaf, weight)
+
+    def forward(self, features: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        return features
+
+    def save(
+        self, output_path: str, *args: Any, safe_serialization: bool = True, **kw: Any
+    ) -> None:
+        self.save_torch_weights(output_path, safe_serialization)
+
+    @classmethod
+    def load(cls, model_name_or_path: str, subfolder: str = "", **kwargs: Any) -> TrainedParts:
+        hub = ("token", "cache_folder", "revision", "local_files_only")
+        found = {key: kwargs[key] for key in hub if key in kwargs}
+        return cls(cls.load_torch_weights(model_name_or_path, subfolder=subfolder, **found))
+
+
 class MethodLoss(nn.Module):
     """SimCSE's InfoNCE plus every part `spec` names (`iscse+dclr`, `sscl+dclr`, ...).
 
@@ -74,7 +107,8 @@ class MethodLoss(nn.Module):
     defaults. The head and the parts' random initialisation (PaSeR's decoder), and the parts'
     random draws (DCLR's noise, IS-CSE's K-means), come from `seed`. `total_steps` is the run's
     length, which only IS-CSE's cosine α schedule reads. `forward` returns the loss's terms,
-    which the trainer sums; `logs()` gives the last step's terms and diagnostics.
+    which the trainer sums; `logs()` gives the last step's terms and diagnostics. The model's
+    `TrainedParts` are this loss's: a loss built later on the same model replaces them.
     """
 
     def __init__(
@@ -90,6 +124,8 @@ class MethodLoss(nn.Module):
         super().__init__()
         params = dict(params or {})
         names = parse_spec(spec)
+        if isinstance(model[-1], TrainedParts):  # an earlier loss's: no longer trained
+            del model[-1]
         self.spec, self.model, self.total_steps = "+".join(names), model, total_steps
         self.base = section(params, "simcse", SimCSEConfig)
         with torch.random.fork_rng(devices=[]):
@@ -110,13 +146,15 @@ class MethodLoss(nn.Module):
         layers = [*self.parts.values(), *self._pooling[0]]  # SSCL, a pooler averaging layers
         self.hidden_states = any(getattr(part, "hidden_states", False) for part in layers)
         theirs = {id(p) for p in model.parameters()}
-        self._own = [p for p in self.parameters() if id(p) not in theirs]
-        LIVE.add(self)
+        own = {n: p for n, p in self.named_parameters() if id(p) not in theirs and p.requires_grad}
+        self._own, self._own_names = list(own.values()), set(own)
+        if own:
+            model.append(TrainedParts(own))
 
     def own_parameters(self) -> list[nn.Parameter]:
-        """The loss's own trainable parameters: the head's, the parts' (PaSeR's decoder), not
-        the model's."""
-        return [p for p in self._own if p.requires_grad]
+        """The loss's own trainable parameters (the head's, the parts': PaSeR's decoder), which
+        it put in the model (`TrainedParts`)."""
+        return self._own
 
     @property
     def contrastive(self) -> bool:
@@ -147,13 +185,18 @@ class MethodLoss(nn.Module):
         self._generator, self._generator_state = None, state["generator"]
 
     def state(self) -> dict[str, Any]:
-        """What a checkpoint keeps of the loss: all but the model's weights (the trainer saves
-        those), so a resumed run continues with the same head, buffers and random draws."""
-        return {k: v for k, v in self.state_dict().items() if not k.startswith("model.")}
+        """What a checkpoint keeps of the loss beside the model (whose checkpoint has its
+        weights and the loss's own, `TrainedParts`): buffers and random draws, so a resumed run
+        continues with the same ones."""
+        return {k: v for k, v in self.state_dict().items() if self.kept(k)}
+
+    def kept(self, key: str) -> bool:
+        """Whether the loss's `state` keeps the entry `key` of its state dict."""
+        return not key.startswith("model.") and key not in self._own_names
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         missing, unexpected = self.load_state_dict(dict(state), strict=False)
-        missing = [key for key in missing if not key.startswith("model.")]
+        missing = [key for key in missing if self.kept(key)]
         if missing or unexpected:
             raise KeyError(f"loss state: missing {missing}, unexpected {unexpected}")
 
@@ -263,25 +306,6 @@ def every_layer(transformer: nn.Module, wanted: bool) -> Iterator[None]:
         yield
     finally:
         config.output_hidden_states = before
-
-
-def clear_own_gradients(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-    """After an optimizer step, clear the gradients of the live losses' own parameters that it
-    updated. The trainer clears only the model's (`model.zero_grad()`), so without this a
-    head's gradient would be the sum of every step's so far. A global post-step hook, since a
-    loss never sees its optimizer; under fp16 it needs a fused optimizer, which a gradient
-    scaler calls also on the steps it skips (an unfused one it does not call)."""
-    if not LIVE:
-        return
-    members = {id(p) for group in optimizer.param_groups for p in group["params"]}
-    for loss in list(LIVE):
-        for param in loss.own_parameters():
-            if id(param) in members:
-                param.grad = None
-
-
-LIVE: weakref.WeakSet[MethodLoss] = weakref.WeakSet()  # every loss not yet collected
-register_optimizer_step_post_hook(clear_own_gradients)
 
 
 class OneMethodLoss(MethodLoss, Generic[C]):

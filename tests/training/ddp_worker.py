@@ -13,39 +13,44 @@ import os
 import sys
 from pathlib import Path
 
-import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: support
-from sentemb.training.trainer import Trainer
+from transformers import TrainerCallback
+
+from sentemb.losses import MethodLoss, TrainedParts
 
 from support.training import make_job
 
 CAPTURED: dict = {}
 
 
-def capture(self: Trainer, model: torch.nn.Module) -> torch.Tensor:
-    norm = clip(self, model)
-    loss = self.loss.last.clone()
-    if dist.is_initialized():
-        dist.all_reduce(loss, op=dist.ReduceOp.AVG)
-    CAPTURED["loss"] = float(loss)
-    CAPTURED["grads"] = {
-        name.replace("model.module.", "model."): p.grad.tolist()
-        for name, p in self.loss.named_parameters()
-        if p.grad is not None
-    }
-    return norm
+class Capture(TrainerCallback):
+    """The loss and the gradients the optimizer is about to take (its step's), the loss's own
+    (in the model's `TrainedParts`) under the loss's names."""
 
+    def __init__(self, loss: MethodLoss) -> None:
+        self.loss = loss
+        parts = loss.model[-1]
+        own = parts.named_parameters() if isinstance(parts, TrainedParts) else ()
+        self.own = {id(p): name for name, p in own}
 
-clip = Trainer._clip_grad_norm
+    def on_pre_optimizer_step(self, args, state, control, **kwargs) -> None:
+        loss = self.loss.last.clone()
+        if dist.is_initialized():
+            dist.all_reduce(loss, op=dist.ReduceOp.AVG)
+        CAPTURED["loss"] = float(loss)
+        CAPTURED["grads"] = {
+            self.own.get(id(p), name.replace("model.module.", "model.")): p.grad.tolist()
+            for name, p in self.loss.named_parameters()
+            if p.grad is not None
+        }
 
 
 def main() -> None:
     model_dir, out, sentences_file, *specs = sys.argv[1:]
     sentences = json.loads(Path(sentences_file).read_text())
     rank = int(os.environ.get("RANK", "0"))
-    Trainer._clip_grad_norm = capture
     for spec in specs:
         work = Path(out) / spec
         checkpoints = work / "ck"  # one folder for every process, as the stage has
@@ -60,7 +65,7 @@ def main() -> None:
             method_params={"paser": {"augment": ["synonym", "swap"], "augment_ratio": 0.3}},
         )
         CAPTURED.clear()
-        job.train(work / "model", checkpoints)
+        job.train(work / "model", checkpoints, callbacks=[Capture(job.loss)])
         if rank == 0:
             (Path(out) / f"{spec}.json").write_text(json.dumps(CAPTURED))
 

@@ -22,6 +22,7 @@ from sentemb.io import CheckpointError
 from sentemb.registry import METHODS
 from sentemb.training.checkpoint import STATE_FILE, latest_checkpoint
 from sentemb.training.processes import torchrun_command
+from sentemb.training.trainer import is_fused, skip_on_device
 
 from support.training import TESTS, make_job, probe
 
@@ -339,3 +340,23 @@ def test_tampered_checkpoint_is_refused_without_running_code(
     with pytest.raises(CheckpointError, match=rf"^{folder}: checkpoint damaged or unsafe"):
         latest_checkpoint(folder.parent)
     assert not marker.exists()
+
+
+@pytest.mark.parametrize(("bad", "moves"), [(True, False), (False, True)])
+def test_fused_adamw_skips_on_found_inf(bad: bool, moves: bool) -> None:
+    """The one library attribute the pipeline sets (`skip_on_device`): torch's fused AdamW
+    skips its whole update, the weight decay too, where the flag is set, and steps where it is
+    not. Fails if torch stops reading `found_inf`."""
+    weight = torch.nn.Parameter(torch.ones(3))
+    optimizer = torch.optim.AdamW([weight], lr=0.1, weight_decay=0.5, fused=True)
+    assert is_fused(optimizer)
+    weight.grad = torch.full((3,), 2.0)
+    skip_on_device(optimizer, torch.tensor(bad))
+    optimizer.step()
+    assert torch.equal(weight.detach(), torch.ones(3)) is not moves
+
+
+def test_only_fused_adam_skips_on_the_device() -> None:
+    weight = torch.nn.Parameter(torch.ones(1))
+    assert not is_fused(torch.optim.AdamW([weight], fused=False))
+    assert not is_fused(torch.optim.SGD([weight], lr=0.1))

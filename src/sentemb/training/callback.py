@@ -126,6 +126,11 @@ class RunCallback(TrainerCallback):
         if control.should_evaluate or control.should_save:
             self.check_weights(state.global_step)
 
+    def on_pre_optimizer_step(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        self.trainer.check_step()
+
     def score(self, step: int) -> float:
         """The dev score of the model as it is after `step` steps; vectors that cannot be
         scored after a step are a divergence."""

@@ -68,12 +68,6 @@ class TrainConfig:
             problems.append(f"corpus: {self.corpus!r} is now a file: {BUILT_IN[self.corpus]}")
         elif not self.corpus.strip():
             problems.append(f"corpus: a path of a corpus file, got {self.corpus!r}")
-        if self.precision == "fp16" and not self.fused_adamw:
-            problems.append(
-                "fused_adamw: false with precision: fp16: the gradient scaler skips an "
-                "overflowing step without the optimizer, and the loss's own gradients would add "
-                "up over the skipped steps; use fused_adamw: true"
-            )
         if not self.text_column:
             problems.append("text_column: the name of the text's column, got ''")
         if (decay := self.learning_rate * self.weight_decay) > MAX_DECAY:

@@ -1,24 +1,19 @@
 """sentence-transformers' trainer as the train stage runs it, with the pipeline's guarantees.
 
 The loop, DDP, mixed precision, fused AdamW, torch.compile, the data loader's workers, clipping,
-checkpoints and their resume are `SentenceTransformerTrainer`'s (Hugging Face's `Trainer`). The
-pipeline changes one hook, drops the library's model card (it writes its own), and adds one
-callback:
-
-- `Trainer._clip_grad_norm` covers the loss's own modules too (SimCSE's head is part of its
-  model, `BertForCL`, so the original clips it): under several processes it first averages
-  their gradients (the model's are DDP's), in one collective; it notes on the device whether
-  the loss or the gradient norm is non-finite, and fused AdamW then skips that step on the
-  device (`found_inf`, as a gradient scaler does), so no update comes from a non-finite
-  gradient and nothing waits for the GPU (with `train.fused_adamw: false` the flag is read at
-  every step instead);
-- `sentemb.training.callback.RunCallback` scores the untrained model, stops a diverged run,
-  keeps the best model and writes checkpoints.
+checkpoints and their resume are `SentenceTransformerTrainer`'s (Hugging Face's `Trainer`); the
+loss's own weights are in the model it trains (`sentemb.losses.TrainedParts`), so they are too.
+The pipeline drops the library's model card (it writes its own) and adds one callback,
+`sentemb.training.callback.RunCallback`: it scores the untrained model, stops a diverged run,
+keeps the best model and writes checkpoints. Before each optimizer step it has the trainer note,
+on the device, whether the loss (of any process) or the clipped gradients' norm is non-finite
+(`Trainer.check_step`); fused AdamW then skips that step on the device (`skip_on_device`), so no
+update comes from a non-finite gradient and nothing waits for the GPU (with
+`train.fused_adamw: false` the flag is read at every step instead).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -119,36 +114,34 @@ class Run(Protocol):
 
 
 class Trainer(SentenceTransformerTrainer):
-    """`SentenceTransformerTrainer` whose gradient clipping covers the loss's own modules and
-    notes non-finite steps (module docstring). `loss` is a `sentemb.losses.MethodLoss`; `run`
-    the pipeline's callback, where one was added (`training.build`)."""
+    """`SentenceTransformerTrainer` that notes non-finite steps and skips them (module
+    docstring). `loss` is a `sentemb.losses.MethodLoss`; `run` the pipeline's callback, where
+    one was added (`training.build`)."""
 
     loss: MethodLoss
     run: Run | None = None
 
-    def _clip_grad_norm(self, model: torch.nn.Module) -> torch.Tensor:
-        """Average the loss's own gradients across processes, clip every trainable gradient to
-        `max_grad_norm` (inf: no clipping), note a non-finite step: its update is skipped.
-        Returns the norm before clipping, as the trainer's own does."""
-        params = [p for p in self.loss.parameters() if p.requires_grad]
+    def check_step(self) -> None:
+        """Before the optimizer step (its gradients clipped): note whether the loss of any
+        process, or the gradients' norm, is non-finite, and skip such a step's update. Under
+        several processes the loss's flag is shared (one small collective): DDP has averaged
+        the gradients, so every process then skips, or stops, alike."""
         loss_bad = ~torch.isfinite(self.loss.last)
-        if self.args.world_size > 1:  # every process then skips, or stops, alike
-            loss_bad = average_own_gradients(self.loss, loss_bad)
-        self.accelerator.unscale_gradients()
-        norm = total_norm([p.grad for p in params if p.grad is not None])
-        if math.isfinite(self.args.max_grad_norm):
-            torch.nn.utils.clip_grads_with_norm_(params, self.args.max_grad_norm, norm)
+        if self.args.world_size > 1:
+            flag = loss_bad.to(self.args.device, torch.float32)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            loss_bad = flag > 0
         step = self.state.global_step + 1
         if self.accelerator.scaler is not None:  # fp16: the scaler skips overflowing steps
             self.watch.note(step, self.loss.last, loss_bad, None)
-            return norm
-        bad = self.watch.note(step, self.loss.last, loss_bad, norm)
+            return
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        bad = self.watch.note(step, self.loss.last, loss_bad, total_norm(grads))
         optimizer = self.optimizer.optimizer
-        if is_fused(optimizer):  # skips the step on the device where `bad` is true
-            optimizer.found_inf = bad.float()
+        if is_fused(optimizer):
+            skip_on_device(optimizer, bad)
         elif bool(bad) and self.run is not None:  # an unfused optimizer cannot: read it now
             self.run.raise_if_diverged()
-        return norm
 
     def add_model_card_callback(self, default_args_dict: dict[str, Any]) -> None:
         """No sentence-transformers model card: the pipeline writes its own with the model
@@ -161,28 +154,19 @@ class Trainer(SentenceTransformerTrainer):
         return self._watch
 
 
-
 def is_fused(optimizer: torch.optim.Optimizer) -> bool:
-    """Whether `optimizer` is torch's fused Adam(W), which reads `found_inf` before a step."""
-    supports = getattr(optimizer, "_step_supports_amp_scaling", False)
-    return supports and all(group.get("fused") for group in optimizer.param_groups)
+    """Whether `optimizer` is torch's fused Adam(W), which can skip a step on the device."""
+    fused = all(group.get("fused") for group in optimizer.param_groups)
+    return isinstance(optimizer, torch.optim.Adam | torch.optim.AdamW) and fused
 
 
-def average_own_gradients(loss: MethodLoss, loss_bad: torch.Tensor) -> torch.Tensor:
-    """Average across processes the gradients of the loss's own trainable modules (the head,
-    PaSeR's decoder), which DDP, wrapping the model alone, leaves to each process, and
-    whether any process's loss is non-finite (PaSeR's differ by process): one all-reduce of
-    them flattened; a module a process did not reach adds zeros, so every process runs the
-    same collective. Returns the flag of every process."""
-    own = loss.own_parameters()
-    grads = [(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in own]
-    flat = torch.cat([*grads, loss_bad.to(loss.last.device, torch.float32).reshape(1)])
-    dist.all_reduce(flat)  # a sum: the gradients are divided by the processes below
-    offset, world = 0, dist.get_world_size()
-    for p in own:
-        p.grad = (flat[offset : offset + p.numel()] / world).view_as(p)
-        offset += p.numel()
-    return flat[-1] > 0
+def skip_on_device(optimizer: torch.optim.Optimizer, bad: torch.Tensor) -> None:
+    """Make fused Adam(W)'s next step skip its update where `bad` (a device flag) is true,
+    without reading it: its `found_inf`, the flag torch's gradient scaler hands it. The one
+    attribute of a library the pipeline sets (no public call skips a step on the device;
+    `docs/training.md`); `tests/training/test_trainer.py::test_fused_adamw_skips_on_found_inf`
+    fails if torch stops reading it."""
+    optimizer.found_inf = bad.float()
 
 
 class DevScore(BaseEvaluator):
