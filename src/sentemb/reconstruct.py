@@ -16,8 +16,9 @@ import torch
 from sentemb.cli import Parser, run_stage
 from sentemb.config import ConfigError
 from sentemb.encoder import Encoder
-from sentemb.methods.paser import decoding_signal, mask_phrases
+from sentemb.methods.paser import decoding_signal
 from sentemb.methods.paser.decoder import DECODER_DIR, load_decoder
+from sentemb.methods.paser.inputs import mask_phrases
 from sentemb.phrases import Extractor, PhrasesConfig
 
 

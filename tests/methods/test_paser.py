@@ -9,24 +9,22 @@ from pathlib import Path
 import pytest
 import torch
 
-from sentemb.config import ConfigError
+from sentemb.config import ConfigError, section
 from sentemb.encoder import Encoder
 from sentemb.losses import method_loss
-from sentemb.methods.paser import (
-    MaskedCopy,
-    PaSeRLoss,
-    decoder_targets,
-    decoding_signal,
-    mask_phrases,
-    summed_cross_entropy,
-)
+from sentemb.methods.paser import PaSeRConfig, PaSeRLoss, decoding_signal, summed_cross_entropy
+from sentemb.methods.paser.inputs import MaskedCopy, decoder_targets, mask_phrases
 from sentemb.phrases import PhrasesConfig, extract, phrase_span, read_phrase_spans
 from sentemb.reconstruct import reconstruct
-from sentemb.training.run import paser_phrases
 
 from support.training import SENTENCES, make_job, paser_params
 
 SENTENCE = "Do I need a transit visa for a stop in London?"
+
+
+def phrase_rows(params: dict, sentences: list[str]) -> dict:
+    """PaSeR's pipeline data for `sentences` (its section's `sentence_data`): the spans."""
+    return section(params, "paser", PaSeRConfig).sentence_data(params, sentences).rows
 
 
 def test_masking_keeps_masks_and_targets_aligned(tiny_encoder: Encoder) -> None:
@@ -206,17 +204,17 @@ def test_phrases_of_another_corpus_are_refused(tmp_path: Path) -> None:
     """The phrases file must hold exactly the training corpus's distinct sentences."""
     params = {"paser": paser_params(tmp_path / "phrases")}
     path = re.escape(params["paser"]["phrases"])
-    paser_phrases(params, [*reversed(SENTENCES), *SENTENCES[:3]])  # order and repeats: the same
+    phrase_rows(params, [*reversed(SENTENCES), *SENTENCES[:3]])  # order and repeats: the same
     with pytest.raises(
         ConfigError,
         match=rf"^paser\.phrases: {path} was made from another corpus \(64 distinct sentences; "
         r"the training corpus has 2, and it has no row for the training sentence 'Thanks!'\)",
     ):
-        paser_phrases(params, SHORT)
+        phrase_rows(params, SHORT)
     with pytest.raises(ConfigError, match=r"the training corpus has 10, and it has rows for sen"):
-        paser_phrases(params, SENTENCES[:10])
+        phrase_rows(params, SENTENCES[:10])
     with pytest.raises(ConfigError, match=r"the training corpus has 65, and it has no row for"):
-        paser_phrases(params, [*SENTENCES, "one more sentence"])
+        phrase_rows(params, [*SENTENCES, "one more sentence"])
 
 
 @pytest.mark.parametrize(
@@ -230,4 +228,4 @@ def test_missing_or_malformed_phrases_file_names_the_param(
     if content is not None:
         path.write_text(content)
     with pytest.raises(ConfigError, match=rf"^paser\.phrases: .*{message}"):
-        paser_phrases({"paser": {"phrases": str(path)}}, SENTENCES)
+        phrase_rows({"paser": {"phrases": str(path)}}, SENTENCES)

@@ -17,7 +17,7 @@ from sentemb.encoder import Encoder
 from sentemb.losses import method_loss
 from sentemb.methods.paser import PaSeRConfig
 from sentemb.model_config import ModelConfig
-from sentemb.phrases import PhrasesConfig, extract, read_phrase_spans
+from sentemb.phrases import PhrasesConfig, extract
 from sentemb.st_model import st_model
 from sentemb.training.config import TrainConfig
 from sentemb.training.run import TrainingJob
@@ -77,11 +77,11 @@ def make_job(
                 module.p = 0.0
     params = {**PARAMS, **(method_params or {})}
     sentences = list(sentences or SENTENCES)
-    phrases = None
+    data = {}
     if "paser" in spec:
         folder = checkpoints.parent / f"phrases-{checkpoints.name}"
         params["paser"] = paser_params(folder, sentences) | params.get("paser", {})
-        phrases = read_phrase_spans(Path(section(params, "paser", PaSeRConfig).phrases))
+        data["paser"] = section(params, "paser", PaSeRConfig).sentence_data(params, sentences)
     loss = method_loss(spec, model, params, seed=seed, mlp_head=train.mlp_head)
     encoder = Encoder(model[0].auto_model, model[0].tokenizer, train.eval_pooler, precision="fp32")
     run_key = {
@@ -109,7 +109,7 @@ def make_job(
             ["STSBenchmark/dev"],
             [],
         ),
-        phrases,
+        data,
     )
 
 

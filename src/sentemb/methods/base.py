@@ -9,12 +9,12 @@ that composes the parts (`method: iscse+dclr` builds both and sums what they add
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property, wraps
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -46,6 +46,17 @@ class RunShape:
 
 
 @dataclass
+class SentenceData(Generic[T]):
+    """What a method reads from the pipeline for each training sentence (PaSeR: its phrase
+    spans, from the phrases stage): `rows` by sentence, and the `files` they come from, whose
+    hash joins the run key. The data collator hands each batch's rows to the part's
+    `BatchInputs`."""
+
+    rows: Mapping[str, T]
+    files: list[Path]
+
+
+@dataclass
 class MethodConfig:
     """The base of a method's params section (its dataclass, registered with the method)."""
 
@@ -53,6 +64,14 @@ class MethodConfig:
         """What is wrong with this section for `run`, each starting with the param's key (the
         run refuses to start naming `<method>.<problem>`); [] by default."""
         return []
+
+    def sentence_data(
+        self, params: Mapping[str, Any], sentences: Sequence[str]
+    ) -> SentenceData[Any] | None:
+        """What the method reads per training sentence from the pipeline's outputs, checked
+        against the corpus's `sentences` (`params`: every section, for the stages it reads);
+        a mismatch is a `ConfigError` naming the param. None (the default): nothing."""
+        return None
 
 
 @dataclass
@@ -226,11 +245,11 @@ class BatchInputs(Protocol):
     def __call__(
         self,
         texts: Sequence[str],
-        phrases: Sequence[Sequence[Sequence[int]]] | None,
+        rows: Sequence[Any] | None,
         seeds: Sequence[int],
     ) -> dict[str, Tensor]:
-        """The inputs of `texts` (with their `phrases`, where known); sentence i draws from
-        `seeds[i]` alone."""
+        """The inputs of `texts` (with their rows of the method's `SentenceData`, where the
+        pipeline gives them: PaSeR's phrase spans); sentence i draws from `seeds[i]` alone."""
 
 
 class Method(nn.Module):

@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from transformers import TrainerCallback
 
     from sentemb.losses import MethodLoss
+    from sentemb.methods.base import SentenceData
     from sentemb.training.config import TrainConfig
 
 
@@ -35,7 +36,7 @@ class Job(Protocol):
     model: SentenceTransformer
     loss: MethodLoss
     sentences: list[str]
-    phrases: dict[str, list[tuple[int, int]]] | None
+    sentence_data: dict[str, SentenceData[Any]]
     seed: int
 
 
@@ -72,7 +73,7 @@ def build_trainer(
     inputs = job.loss.batch_inputs()
     tokenizer = job.model.tokenizer
     data = training_dataset(
-        job.sentences, tokenizer, config.max_length, job.phrases, keep_text=bool(inputs)
+        job.sentences, tokenizer, config.max_length, job.sentence_data, keep_text=bool(inputs)
     )
     collate = Collator(
         tokenizer.pad_token_id, config.max_length if compiled else None, inputs, job.seed

@@ -2,12 +2,14 @@
 that pads each batch and makes the parts' inputs (PaSeR's copies) in the data loader's workers,
 off the training step.
 
-    data = training_dataset(sentences, tokenizer, 32, phrases)   # datasets.Dataset, tokenized
+    data = training_dataset(sentences, tokenizer, 32, {"paser": spans})  # a datasets.Dataset
     collate = Collator(tokenizer.pad_token_id, None, loss.batch_inputs(), seed)
 
 The original SimCSE tokenizes its corpus once before training too (`datasets.map`). A batch
 holds the sentences as `text_input_ids`/`text_attention_mask` (the features sentence-transformers
-hands the loss first), then each part's inputs under its name (`paser_input_ids`, ...).
+hands the loss first), then each part's inputs under its name (`paser_input_ids`, ...). A
+part's rows of pipeline data (`MethodConfig.sentence_data`: PaSeR's phrase spans) ride in the
+dataset as a column of the part's name, to its `BatchInputs`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from sentemb.methods.base import BatchInputs
+from sentemb.methods.base import BatchInputs, SentenceData
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -32,12 +34,12 @@ def training_dataset(
     sentences: Sequence[str],
     tokenizer: PreTrainedTokenizerBase,
     max_length: int,
-    phrases: Mapping[str, Sequence[Sequence[int]]] | None = None,
+    data: Mapping[str, SentenceData[Any]] | None = None,
     keep_text: bool = False,
 ) -> Dataset:
     """`sentences` tokenized once (truncated at `max_length`, unpadded) as `input_ids`; with the
-    texts (`keep_text`, for parts that make inputs from them) and each one's phrase spans
-    (`phrases`, PaSeR's, from the phrases stage)."""
+    texts (`keep_text`, for parts that make inputs from them) and each sentence's row of each
+    part's pipeline data (`data`, by part name: PaSeR's phrase spans) as a column of that name."""
     from datasets import Dataset, disable_progress_bars
 
     disable_progress_bars()  # a bar per map garbles a log file; the stage logs its own lines
@@ -52,11 +54,11 @@ def training_dataset(
         )["input_ids"]
         return {"input_ids": ids}
 
-    data = Dataset.from_dict({"text": list(sentences)})
-    data = data.map(tokenize, batched=True, batch_size=TOKENIZE_BATCH)
-    if phrases is not None:
-        data = data.add_column("phrases", [list(map(list, phrases[s])) for s in sentences])
-    return data if keep_text or phrases is not None else data.remove_columns("text")
+    dataset = Dataset.from_dict({"text": list(sentences)})
+    dataset = dataset.map(tokenize, batched=True, batch_size=TOKENIZE_BATCH)
+    for name, part in (data or {}).items():
+        dataset = dataset.add_column(name, [part.rows[s] for s in sentences])
+    return dataset if keep_text or data else dataset.remove_columns("text")
 
 
 def sentence_seed(seed: int, epoch: int, text: str) -> int:
@@ -91,9 +93,8 @@ class Collator:
         batch = {"text_input_ids": input_ids, "text_attention_mask": attention}
         if self.inputs:
             texts = [row["text"] for row in rows]
-            phrases = [row["phrases"] for row in rows] if "phrases" in rows[0] else None
             seeds = [sentence_seed(self.seed, self.epoch, text) for text in texts]
             for name, make in self.inputs.items():
-                made = make(texts, phrases, seeds)
+                made = make(texts, [row[name] for row in rows] if name in rows[0] else None, seeds)
                 batch |= {f"{name}_{key}": value for key, value in made.items()}
         return batch

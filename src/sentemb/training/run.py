@@ -12,25 +12,23 @@ import contextlib
 import logging
 import shutil
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 
 from sentemb.config import SEEDS, ConfigError, parse_spec, run_plan, section
-from sentemb.data.readers import DataFormatError, read_corpus, read_stsb
+from sentemb.data.readers import read_corpus, read_stsb
 from sentemb.encoder import Encoder
 from sentemb.evaluation.base import distinct, probe, scoring
 from sentemb.identity import model_identity
 from sentemb.io import atomic_path
 from sentemb.losses import MethodLoss, contrastive, method_loss
-from sentemb.methods.base import RunShape
-from sentemb.methods.paser import PaSeRConfig
+from sentemb.methods.base import RunShape, SentenceData
 from sentemb.model_checks import check_length
 from sentemb.model_config import ModelConfig
 from sentemb.model_files import hidden_layers
-from sentemb.phrases import PhrasesConfig, read_phrase_spans
 from sentemb.pooling import check_pooler
 from sentemb.precision import autocast_dtype, precision_used
 from sentemb.registry import METHODS
@@ -76,7 +74,7 @@ class TrainingJob:
     loss: MethodLoss
     run_key: dict[str, Any]
     dev: Selection
-    phrases: dict[str, list[tuple[int, int]]] | None = None
+    sentence_data: dict[str, SentenceData[Any]] = field(default_factory=dict)
 
     def dev_score(self) -> float:
         """The mean of the selection's dev metrics (SimCSE §3: STS-B dev Spearman), with the
@@ -260,8 +258,8 @@ def prepare(
     spec: str, seed: int, params: Mapping[str, Any], data: Path, corpus: Path
 ) -> TrainingJob:
     """Check every input of a run (method spec, seed, params, the `corpus` file of the corpus
-    stage, the dev sets under `data`, PaSeR's phrases),
-    then load the model and build its loss and the run key: everything that defines the run
+    stage, the dev sets under `data`, what a method reads per sentence: PaSeR's phrases), then
+    load the model and build its loss and the run key: everything that defines the run
     (params of every part, data hashes, the model's weights, the code), so a checkpoint resumes
     only the same run."""
     check_params(params, spec)  # the experiment's method and seeds, every method's section
@@ -278,10 +276,12 @@ def prepare(
     check_run(config, len(sentences), str(corpus), contrastive(names), process_count())
     dev = selection_of(dict(params), data, model_config.batch_size)
     hashes = {"corpus": lines_hash(sentences), "dev": files_hash(dev.files)}
-    phrases = None
-    if "paser" in names:
-        phrases = paser_phrases(params, sentences)
-        hashes["phrases"] = files_hash([Path(section(params, "paser", PaSeRConfig).phrases)])
+    sentence_data = {}
+    for name in names:
+        found = section(params, name, METHODS[name].config).sentence_data(params, sentences)
+        if found is not None:
+            sentence_data[name] = found
+            hashes[name] = files_hash(found.files)
     model = st_model(
         model_config.name_or_path,
         config.pooler,
@@ -325,44 +325,5 @@ def prepare(
         loss,
         run_key,
         dev,
-        phrases,
-    )
-
-
-def paser_phrases(
-    params: Mapping[str, Any], sentences: Sequence[str]
-) -> dict[str, list[tuple[int, int]]]:
-    """PaSeR's phrase spans of each training sentence, from the phrases stage's file
-    (`paser.phrases`); a file made from another corpus (a row per distinct sentence, no more),
-    in another language than PaSeR's (`phrases.language`) or with fewer phrases than PaSeR
-    masks (`phrases.top_k`) is refused, naming the param."""
-    paser = section(params, "paser", PaSeRConfig)
-    phrases = section(params, "phrases", PhrasesConfig)
-    top_k = phrases.top_k
-    if paser.language != phrases.language:
-        raise ConfigError(
-            f"paser.language: {paser.language!r}, but the phrases stage finds phrases in "
-            f"phrases.language: {phrases.language!r}; both are the corpus's language"
-        )
-    if paser.mask_phrases > top_k:
-        raise ConfigError(
-            f"paser.mask_phrases: {paser.mask_phrases} is more than the {top_k} phrases the "
-            "phrases stage keeps per sentence (phrases.top_k): raise phrases.top_k or lower it"
-        )
-    try:
-        spans = read_phrase_spans(Path(paser.phrases))
-    except DataFormatError as err:
-        raise ConfigError(f"paser.phrases: {err}") from err
-    missing = next((s for s in sentences if s not in spans), None)
-    if missing is None and len(set(sentences)) == len(spans):
-        return spans
-    example = (
-        f"it has no row for the training sentence {missing[:60]!r}"
-        if missing is not None
-        else "it has rows for sentences the training corpus does not hold"
-    )
-    raise ConfigError(
-        f"paser.phrases: {paser.phrases} was made from another corpus ({len(spans)} distinct "
-        f"sentences; the training corpus has {len(set(sentences))}, and {example}); rerun the "
-        "phrases stage on the training corpus (dvc repro phrases)"
+        sentence_data,
     )

@@ -17,23 +17,30 @@ the form of eq. 5 (L_contrastive + α L_generative, α = `generative_weight`).
 from __future__ import annotations
 
 import json
-import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from safetensors.torch import save_file
 from torch import Tensor, nn
-from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase
 
-from sentemb.config import ConfigError, Count, NonNegative, Range
-from sentemb.data.augment import EDA, EDA_OPERATIONS
+from sentemb.config import ConfigError, Count, NonNegative, Range, section
+from sentemb.data.augment import EDA_OPERATIONS
+from sentemb.data.readers import DataFormatError
 from sentemb.losses import OneMethodLoss
-from sentemb.methods.base import Method, MethodConfig, Objective, RunShape, TrainState, Views
+from sentemb.methods.base import (
+    Method,
+    MethodConfig,
+    Objective,
+    RunShape,
+    SentenceData,
+    TrainState,
+    Views,
+)
 from sentemb.methods.functional import in_fp32
 from sentemb.methods.paser.decoder import (
     DECODER_DIR,
@@ -41,7 +48,8 @@ from sentemb.methods.paser.decoder import (
     MLMHead,
     PhraseDecoder,
 )
-from sentemb.phrases import Extractor, PhrasesConfig, nltk_stopwords
+from sentemb.methods.paser.inputs import PaSeRInputs
+from sentemb.phrases import PhrasesConfig, read_phrase_spans
 from sentemb.registry import register_method
 
 if TYPE_CHECKING:
@@ -83,48 +91,42 @@ class PaSeRConfig(MethodConfig):
             ]
         return []
 
-
-@dataclass
-class MaskedCopy:
-    """s~ as text (one mask token per masked sub-word) and the target ids of each phrase."""
-
-    text: str
-    targets: list[list[int]]
-
-
-def mask_phrases(
-    tokenizer: PreTrainedTokenizerBase,
-    sentence: str,
-    spans: Sequence[tuple[int, int]],
-    k: int,
-    max_tokens: int,
-) -> MaskedCopy:
-    """Duplicate-and-mask (§3.1.2): replace the first `k` phrase spans by mask tokens.
-
-    A phrase's targets are the sub-words whose characters fall in its span, so masks and
-    targets stay aligned whatever the tokenizer; spans that overlap a kept one, or reach past
-    the `max_tokens` the encoder sees, are skipped. Masked phrases are listed in text order.
-    """
-    encoding = tokenizer(  # every sub-word: past `max_tokens` is skipped below, not an error
-        sentence, add_special_tokens=False, return_offsets_mapping=True, verbose=False
-    )
-    ids, offsets = encoding["input_ids"], encoding["offset_mapping"]
-    chosen: list[tuple[int, int, list[int]]] = []
-    for start, end in spans[:k]:
-        tokens = [i for i, (a, b) in enumerate(offsets) if a < end and b > start and b > a]
-        if not tokens or tokens[-1] >= max_tokens:
-            continue
-        if any(start < e and end > s for s, e, _ in chosen):
-            continue
-        chosen.append((start, end, tokens))
-    chosen.sort()
-    pieces, targets, cursor = [], [], 0
-    for start, end, tokens in chosen:
-        pieces += [sentence[cursor:start], " ".join([tokenizer.mask_token] * len(tokens))]
-        targets.append([ids[i] for i in tokens])
-        cursor = end
-    pieces.append(sentence[cursor:])
-    return MaskedCopy(" ".join(p.strip() for p in pieces if p.strip()), targets)
+    def sentence_data(
+        self, params: Mapping[str, Any], sentences: Sequence[str]
+    ) -> SentenceData[list[tuple[int, int]]]:
+        """Each training sentence's phrase spans, from the phrases stage's file (`phrases`);
+        a file made from another corpus (a row per distinct sentence, no more), in another
+        language than this section's (`phrases.language`) or with fewer phrases than it masks
+        (`phrases.top_k`) is refused, naming the param."""
+        stage = section(params, "phrases", PhrasesConfig)
+        if self.language != stage.language:
+            raise ConfigError(
+                f"paser.language: {self.language!r}, but the phrases stage finds phrases in "
+                f"phrases.language: {stage.language!r}; both are the corpus's language"
+            )
+        if self.mask_phrases > stage.top_k:
+            raise ConfigError(
+                f"paser.mask_phrases: {self.mask_phrases} is more than the {stage.top_k} "
+                "phrases the phrases stage keeps per sentence (phrases.top_k): raise "
+                "phrases.top_k or lower it"
+            )
+        try:
+            spans = read_phrase_spans(Path(self.phrases))
+        except DataFormatError as err:
+            raise ConfigError(f"paser.phrases: {err}") from err
+        missing = next((s for s in sentences if s not in spans), None)
+        if missing is None and len(set(sentences)) == len(spans):
+            return SentenceData(spans, [Path(self.phrases)])
+        example = (
+            f"it has no row for the training sentence {missing[:60]!r}"
+            if missing is not None
+            else "it has rows for sentences the training corpus does not hold"
+        )
+        raise ConfigError(
+            f"paser.phrases: {self.phrases} was made from another corpus ({len(spans)} distinct "
+            f"sentences; the training corpus has {len(set(sentences))}, and {example}); rerun "
+            "the phrases stage on the training corpus (dvc repro phrases)"
+        )
 
 
 def decoding_signal(e_s: Tensor, e_masked: Tensor, m: float, n: float) -> Tensor:
@@ -143,102 +145,6 @@ def summed_cross_entropy(logits: Tensor, targets: Tensor, count: int | Tensor) -
     `targets` (N,) are the N scored tokens of the batch (no padding).
     """
     return F.cross_entropy(logits, targets, reduction="sum") / count
-
-
-class PaSeRInputs:
-    """PaSeR's inputs of a batch, made from its texts (picklable: data loader workers run it).
-
-    Rows of `input_ids`: the B sentences after EDA, their masked copies s~ after EDA, and (with
-    MLM) the first B rows again with BERT's 80/10/10 masking. Positions are flat indices into
-    the padded rows, so the loss gathers its targets without reading the device:
-    `mlm_positions`/`mlm_targets` into the MLM rows, `decoder_positions`/`decoder_targets` into
-    `decoder_inputs`, one row per sentence with a masked phrase (`phrase_rows`). Each sentence
-    draws from its own seed, so its inputs do not depend on the batch it is in (one process with
-    the global batch makes what several processes make of their shares).
-    """
-
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, config: PaSeRConfig, max_length: int):
-        self.tokenizer, self.config, self.max_length = tokenizer, config, max_length
-        self.max_tokens = max_length - tokenizer.num_special_tokens_to_add(pair=False)
-        self.eda = EDA(
-            config.augment,
-            config.augment_ratio,
-            frozenset(nltk_stopwords(config.language, "paser.language")),
-            frozenset({tokenizer.mask_token}),
-            config.language,
-        )
-        self.masking = DataCollatorForLanguageModeling(
-            tokenizer, mlm_probability=config.mlm_probability
-        )
-        self.special = {
-            "bos": tokenizer.cls_token_id or tokenizer.bos_token_id,
-            "eos": tokenizer.sep_token_id or tokenizer.eos_token_id,
-            "pad": tokenizer.pad_token_id,
-        }
-        self._rake: Extractor | None = None
-
-    def phrases_of(self, text: str) -> list[tuple[int, int]]:
-        """RAKE's phrase spans of `text`, best first (where no phrases were given)."""
-        if self._rake is None:
-            config = PhrasesConfig(language=self.config.language, top_k=self.config.mask_phrases)
-            self._rake = Extractor(config, None)
-        return [(int(p[2]), int(p[3])) for p in self._rake.phrases(text)]
-
-    def __call__(
-        self,
-        texts: Sequence[str],
-        phrases: Sequence[Sequence[Sequence[int]]] | None,
-        seeds: Sequence[int],
-    ) -> dict[str, Tensor]:
-        spans = phrases if phrases is not None else [self.phrases_of(t) for t in texts]
-        k = self.config.mask_phrases
-        copies = [
-            mask_phrases(self.tokenizer, text, [tuple(span) for span in found], k, self.max_tokens)
-            for text, found in zip(texts, spans, strict=True)
-        ]
-        rngs = [random.Random(seed) for seed in seeds]
-        augmented = [self.eda(t, rng) for t, rng in zip(texts, rngs, strict=True)]
-        augmented += [self.eda(c.text, rng) for c, rng in zip(copies, rngs, strict=True)]
-        rows = self.tokenizer(augmented, truncation=True, max_length=self.max_length)["input_ids"]
-        size = len(texts)
-        labels = []
-        if self.config.mlm_weight > 0:  # MLM rows (masked s) ride in the same forward pass
-            for row, seed in zip(rows[:size], seeds, strict=True):
-                masked, label = self.mlm_row(row, torch.Generator().manual_seed(seed))
-                rows.append(masked)
-                labels.append(label)
-        width = max(len(row) for row in rows)
-        ids = torch.full((len(rows), width), self.special["pad"], dtype=torch.long)
-        attention = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, row in enumerate(rows):
-            ids[i, : len(row)], attention[i, : len(row)] = torch.tensor(row), 1
-        inputs = {"input_ids": ids, "attention_mask": attention}
-        if labels:
-            grid = torch.full((size, width), -100, dtype=torch.long)
-            for i, label in enumerate(labels):
-                grid[i, : len(label)] = label
-            positions = (grid.flatten() != -100).nonzero().flatten()
-            inputs |= {"mlm_positions": positions, "mlm_targets": grid.flatten()[positions]}
-        have = [i for i, c in enumerate(copies) if c.targets]
-        decoder_in, targets = decoder_targets(
-            [copies[i] for i in have], **self.special, limit=self.config.max_target_length
-        )
-        positions = (targets.flatten() != self.special["pad"]).nonzero().flatten()
-        return inputs | {
-            "phrase_rows": torch.tensor(have, dtype=torch.long),
-            "decoder_inputs": decoder_in,
-            "decoder_positions": positions,
-            "decoder_targets": targets.flatten()[positions],
-        }
-
-    def mlm_row(self, row: list[int], generator: torch.Generator) -> tuple[list[int], Tensor]:
-        """BERT's 80/10/10 masking of one sentence's ids (special tokens never masked), and its
-        MLM labels (-100 where not masked)."""
-        ids = torch.tensor([row])
-        special = torch.isin(ids, torch.tensor(self.tokenizer.all_special_ids))
-        self.masking.generator = generator
-        masked, labels = self.masking.torch_mask_tokens(ids, special)
-        return masked[0].tolist(), labels[0]
 
 
 @register_method("paser", config=PaSeRConfig)
@@ -358,20 +264,6 @@ def global_count(count: int, device: torch.device) -> tuple[Tensor | int, int]:
     total = torch.full((), float(count), device=device)  # filled there: no copy to wait on
     dist.all_reduce(total)
     return total, dist.get_world_size()
-
-
-def decoder_targets(
-    copies: Sequence[MaskedCopy], bos: int, eos: int, pad: int, limit: int
-) -> tuple[Tensor, Tensor]:
-    """Teacher-forcing inputs ([BOS] t_1 ... ) and targets (t_1 ... [EOS]), padded with `pad`."""
-    rows = [[t for phrase in c.targets for t in (*phrase, eos)][:limit] for c in copies]
-    width = max((len(r) for r in rows), default=0)
-    inputs = torch.full((len(rows), width), pad)
-    targets = torch.full((len(rows), width), pad)
-    for i, row in enumerate(rows):
-        inputs[i, : len(row)] = torch.tensor([bos, *row[:-1]])
-        targets[i, : len(row)] = torch.tensor(row)
-    return inputs, targets
 
 
 class PaSeRLoss(OneMethodLoss[PaSeRConfig]):
