@@ -346,6 +346,8 @@ def test_one_flattener_for_params_and_metrics() -> None:
         "empty": {},
     }
     assert flatten({"a": [1, {"b": [2.5]}], "c": []}, lists=True) == {"a[0]": 1, "a[1].b[0]": 2.5}
+    assert flatten({"a": (1, {"b": (2.5,)})}, lists=True) == {"a[0]": 1, "a[1].b[0]": 2.5}
+    assert flatten({"a": (1, 2)}) == {"a": (1, 2)}  # a leaf where lists are not asked for
     assert numbers({"a": [1, True, "x", None], "b": {"c": 2}}, lists=True) == {
         "a[0]": 1.0,
         "b.c": 2.0,

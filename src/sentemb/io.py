@@ -250,15 +250,15 @@ def write_json(path: str | Path, data: Any) -> None:
 
 def flatten(value: Mapping[str, Any], lists: bool = False, key: str = "") -> dict[str, Any]:
     """Nested mappings as one mapping of dotted keys (``{"a": {"b": 1}}`` -> ``{"a.b": 1}``),
-    and, where `lists`, nested lists too (``{"a": [1]}`` -> ``{"a[0]": 1}``); other values,
-    and an empty mapping, are leaves."""
+    and, where `lists`, nested lists and tuples too (``{"a": [1]}`` -> ``{"a[0]": 1}``); other
+    values, and an empty mapping, are leaves."""
     flat: dict[str, Any] = {}
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         items = [(f"{key}[{i}]", item) for i, item in enumerate(value)]
     else:
         items = [(f"{key}.{name}" if key else str(name), item) for name, item in value.items()]
     for where, item in items:
-        if (isinstance(item, Mapping) and item) or (lists and isinstance(item, list)):
+        if (isinstance(item, Mapping) and item) or (lists and isinstance(item, list | tuple)):
             flat.update(flatten(item, lists, where))
         else:
             flat[where] = item

@@ -109,8 +109,8 @@ def hub_offline() -> None:
 
 def hub_model(name: str, param: str) -> str:
     """`name` when the Hugging Face cache holds it or the hub can give it now; else a
-    `ConfigError` saying why. One request with no retries decides (transformers retries for
-    about 45 s without a network); with the hub unreachable a cached model loads offline."""
+    `ConfigError` saying why. One request with no retries decides (transformers' own retries
+    would wait on a missing network); with the hub unreachable a cached model loads offline."""
     import huggingface_hub
     from huggingface_hub.errors import RepositoryNotFoundError
 

@@ -1,10 +1,9 @@
 """First contact with an external service (an MLflow store, a DVC remote), bounded in time.
 
-A service that is down, misnamed or silent costs each stage its client's own retries and
-timeouts: about 100 s for an MLflow SQL store, more than 15 min for Databricks, 10 min for a DVC
-HTTP remote that never answers, 7 min for an S3 one. Instead, one small request first: does the
-service answer within :data:`CONNECT_SECONDS`? If not, the caller warns once and goes on
-without it. A service that answers gets the client's own settings for the real work.
+A service that is down, misnamed or silent would cost each stage its client's own retries and
+timeouts, minutes each (docs/operations.md). Instead, one small request first: does the service
+answer within :data:`CONNECT_SECONDS`? If not, the caller warns once and goes on without it. A
+service that answers gets the client's own settings for the real work.
 """
 
 from __future__ import annotations
