@@ -19,9 +19,8 @@ from sentemb.review.diff import (
     changes,
     committed,
     is_score,
-    label,
-    table,
 )
+from sentemb.review.render import diff_label, metrics_table
 
 from support.repos import git, git_dvc_repo
 from support.stages import run_module
@@ -55,9 +54,9 @@ def test_only_scores_below_the_noise_are_noise() -> None:
         ("summary.json", "trained.sts.avg.mean"),
         ("summary.json", "trained.sts.avg.std"),
     ]  # in the order of file and metric; the string `method` is not a metric to compare
-    assert [label(r, 0.01) for r in rows] == ["", "noise", "", "noise", "", "noise", ""]
-    assert [label(r, 0.001) for r in rows] == [""] * 7
-    assert label(Change("metrics/tfidf/sts.json", "avg", 80.0, 80.0 + 0.01), 0.01) == ""
+    assert [diff_label(r, 0.01) for r in rows] == ["", "noise", "", "noise", "", "noise", ""]
+    assert [diff_label(r, 0.001) for r in rows] == [""] * 7
+    assert diff_label(Change("metrics/tfidf/sts.json", "avg", 80.0, 80.0 + 0.01), 0.01) == ""
 
 
 def test_rows_keep_one_order_whatever_order_dvc_gives() -> None:
@@ -96,7 +95,7 @@ def test_scores_are_the_x100_metrics(path: str, metric: str, score: bool) -> Non
 
 
 def test_table_is_dvcs_with_a_note_column() -> None:
-    text = table(changes(DIFF, "HEAD", "workspace"), 0.01, "HEAD", "workspace")
+    text = metrics_table(changes(DIFF, "HEAD", "workspace"), 0.01, "HEAD", "workspace")
     lines = text.splitlines()
     assert lines[0] == "| Path | Metric | HEAD | workspace | Change | Note |"
     assert "| metrics/runs/1/sts.json | avg | 76.3217 | 76.3251 | +0.0034 | noise |" in lines
@@ -105,13 +104,15 @@ def test_table_is_dvcs_with_a_note_column() -> None:
         "7 metric(s) changed; 3 of the 4 changed score(s) moved by less than 0.01 points"
         " (`compare.noise`): noise"
     )
-    assert table([], 0.01, "HEAD", "workspace") == "no metric changed"
+    assert metrics_table([], 0.01, "HEAD", "workspace") == "no metric changed"
 
 
 def test_a_pipe_in_a_path_or_metric_keeps_the_columns() -> None:
     """A metrics file or key of the user's may hold `|`: escaped, the row keeps its 6 cells."""
     diff = {"metrics/a|b.json": {"x|y": {"old": 1.0, "new": 2.0, "diff": 1.0}}}
-    row = table(changes(diff, "HEAD", "workspace"), 0.01, "HEAD", "workspace").splitlines()[2]
+    row = metrics_table(changes(diff, "HEAD", "workspace"), 0.01, "HEAD", "workspace").splitlines()[
+        2
+    ]
     assert row == "| metrics/a\\|b.json | x\\|y | 1.0 | 2.0 | +1.0 |  |"
     assert len(re.split(r"(?<!\\)\|", row)) == 8
 

@@ -34,7 +34,7 @@ from sentemb.review.paired import (
     spearman_rows,
     verdict,
 )
-from sentemb.review.render import cell
+from sentemb.review.render import result_cells
 
 from support.experiments import fake_experiment, write_experiment
 
@@ -450,7 +450,7 @@ def test_where_no_test_can_run_the_verdict_says_so() -> None:
     sts = results["sts"]["avg"]
     assert abs(sts["difference"]) > 0.07 and sts["p_seeds"] is None and sts["low"] is None
     assert (sts["test"], verdict(sts)) == ("none", "untested")
-    assert cell(sts)[3:] == ["untested", "no test"]
+    assert result_cells(sts)[3:] == ["untested", "no test"]
 
 
 def test_what_one_side_lacks_is_listed() -> None:

@@ -30,7 +30,7 @@ def folder_reader(root: Path) -> Reader:
         try:
             return (root / path).read_bytes()
         except FileNotFoundError as err:
-            if recorded(root, path):
+            if a_lock_output(root, path):
                 how = "dvc.lock records it: `dvc checkout` restores it from the DVC cache "
                 how += "(`dvc pull`: from a remote), else `dvc repro` writes it again"
             else:
@@ -50,7 +50,7 @@ def lock_stages(data: bytes) -> dict[str, dict[str, Any]]:
     return stages
 
 
-def recorded(root: Path, path: str) -> bool:
+def a_lock_output(root: Path, path: str) -> bool:
     """Whether the dvc.lock under `root` names `path`, or a folder that holds it, as an output."""
     try:
         stages = lock_stages((root / "dvc.lock").read_bytes())

@@ -157,7 +157,7 @@ def differing(mine: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]
     }
 
 
-def recorded(
+def listed_runs_gone(
     before: dict[str, Any], gone: set[str], today: dict[str, Any]
 ) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     """The rows `before` (the board as it was) lists whose commit is in `gone`: kept, their params
@@ -287,7 +287,7 @@ def build(repo: Path, out: Path) -> dict[str, Any]:
         read = revision_reader(rows[BASELINE][0].commit, repo)
         tested = tested_against(read, simcse.params)
     today = {"code": current, "params": flat, "tested_against": tested}
-    kept, gone_stale = recorded(before, gone, today)
+    kept, gone_stale = listed_runs_gone(before, gone, today)
     board_rows = [
         {
             "label": label,

@@ -17,10 +17,8 @@ from sentemb.clock import SECONDS
 from sentemb.config import UserError
 from sentemb.io import flatten, numbers
 from sentemb.registry import SUITES
-from sentemb.report.markdown import table_cell
 from sentemb.results.readers import Reader, folder_reader, revision_reader
 from sentemb.results.runs import RUNS, SCORES, check_scores, check_summary_current, score_records
-from sentemb.review.paired import NOISE, below_noise
 
 HEADLINE_ROWS = ("trained", "untrained", "tfidf")  # metrics/summary.json's rows of scores
 HEADLINE = "metrics/summary.json"  # the only file declared as DVC metrics
@@ -80,42 +78,6 @@ def changes(diff: dict[str, dict[str, dict[str, Any]]], old: str, new: str) -> l
     ]
     rows = [row for row in rows if row.old is not None or row.new is not None]
     return sorted(rows, key=lambda row: (row.path, row.metric))
-
-
-def label(change: Change, noise: float) -> str:
-    """`noise` for a score that moved by less than `noise` points, else empty."""
-    difference = change.difference
-    if difference is None or not is_score(change.path, change.metric):
-        return ""
-    return NOISE if below_noise(difference, noise) else ""
-
-
-def cell(value: float | None, sign: str = "") -> str:
-    """`value` rounded to 5 decimals as `dvc metrics diff` shows it, `-` when absent."""
-    return "-" if value is None else f"{round(value, 5):{sign}}"
-
-
-def table(rows: list[Change], noise: float, old: str, new: str) -> str:
-    """A Markdown table like `dvc metrics diff --md`'s, with the noise label, and a count."""
-    if not rows:
-        return "no metric changed"
-    lines = [
-        f"| Path | Metric | {table_cell(old)} | {table_cell(new)} | Change | Note |",
-        "|---|---|---:|---:|---:|---|",
-    ]
-    labels = [label(row, noise) for row in rows]
-    lines += [
-        f"| {table_cell(r.path)} | {table_cell(r.metric)} | {cell(r.old)} | {cell(r.new)}"
-        f" | {cell(r.difference, '+')}"
-        f" | {mark} |"
-        for r, mark in zip(rows, labels, strict=True)
-    ]
-    scores = sum(1 for r in rows if r.difference is not None and is_score(r.path, r.metric))
-    lines.append(
-        f"\n{len(rows)} metric(s) changed; {labels.count(NOISE)} of the {scores} changed"
-        f" score(s) moved by less than {noise:g} points (`compare.noise`): {NOISE}"
-    )
-    return "\n".join(lines)
 
 
 def committed(repo: Path, revision: str | None, name: str) -> dict[tuple[str, str], float]:

@@ -40,8 +40,8 @@ from sentemb.review.diff import (
     dvc_metrics_diff,
     metrics_file,
     reader,
-    table,
 )
+from sentemb.review.render import metrics_table
 
 
 def parser() -> Parser:
@@ -71,7 +71,7 @@ def main() -> None:
                 metrics_file(reader(repo, commit, name), HEADLINE, name)
         revisions = [commit or WORKSPACE for commit in (old, new)]  # DVC's name for it too
         rows = changes(dvc_metrics_diff(repo, revisions), *names)
-    print(table(rows, noise, *names))
+    print(metrics_table(rows, noise, *names))
 
 
 if __name__ == "__main__":

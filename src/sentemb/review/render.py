@@ -1,4 +1,5 @@
-"""The review commands' Markdown: a comparison of two experiments and the leaderboard."""
+"""The review commands' Markdown: a comparison of two experiments, the leaderboard, and
+`metrics_diff`'s table of every changed metric."""
 
 from __future__ import annotations
 
@@ -14,16 +15,18 @@ from sentemb.report.markdown import (
     row_label,
     row_order,
     spread,
+    table_cell,
 )
 from sentemb.report.stats import mean_std
-from sentemb.review.paired import NOISE, TESTS, verdict
+from sentemb.review.diff import Change, is_score
+from sentemb.review.paired import NOISE, TESTS, below_noise, verdict
 
 TITLE = "# Leaderboard"  # the leaderboard report's first line
 BOOTSTRAPPED = ", ".join(name for name, declared in SUITES.items() if declared.cls.pairs)
 RESTS_ON = dict(zip(TESTS, ("bootstrap", "t-test (seeds)", "no test"), strict=True))  # in a table
 
 
-def cell(result: Mapping[str, Any]) -> list[str]:
+def result_cells(result: Mapping[str, Any]) -> list[str]:
     """Δ, the bootstrap interval (`-` without one), the t-test's p, the verdict of a result and
     the test it rests on (`-`: a board written before results said)."""
     low, high, p = result["low"], result["high"], result["p_seeds"]
@@ -62,7 +65,7 @@ def comparison(
                 continue
             name = row_label(row) + ("" if column == "avg" else f" {column}")
             values = [spread(mean_std(s[column])) for s in (before, after)]  # type: ignore[index]
-            rows.append([name, *values, *cell(results[row][column])])
+            rows.append([name, *values, *result_cells(results[row][column])])
     header = [
         "row",
         old.label,
@@ -120,7 +123,7 @@ def leaderboard(board: Mapping[str, Any]) -> str:
                 [label + (f" + {suffix}" if refinement else ""), *cells, "-", "-", reference]
             )
     tests = [
-        [row["label"], row_label(name), *cell(result)]
+        [row["label"], row_label(name), *result_cells(result)]
         for row in rows
         for name, result in sorted(row["versus"].items(), key=lambda item: row_order(item[0]))
     ]
@@ -170,3 +173,39 @@ def leaderboard_order(row: Mapping[str, Any]) -> tuple[int, str]:
     method = row["method"]
     order = ["simcse", *(m for m in METHOD_SECTIONS if m != "simcse")]
     return (order.index(method) if method in order else len(order), row["label"])
+
+
+def diff_label(change: Change, noise: float) -> str:
+    """`noise` for a score that moved by less than `noise` points, else empty."""
+    difference = change.difference
+    if difference is None or not is_score(change.path, change.metric):
+        return ""
+    return NOISE if below_noise(difference, noise) else ""
+
+
+def diff_value(value: float | None, sign: str = "") -> str:
+    """`value` rounded to 5 decimals as `dvc metrics diff` shows it, `-` when absent."""
+    return "-" if value is None else f"{round(value, 5):{sign}}"
+
+
+def metrics_table(rows: list[Change], noise: float, old: str, new: str) -> str:
+    """A Markdown table like `dvc metrics diff --md`'s, with the noise label, and a count."""
+    if not rows:
+        return "no metric changed"
+    lines = [
+        f"| Path | Metric | {table_cell(old)} | {table_cell(new)} | Change | Note |",
+        "|---|---|---:|---:|---:|---|",
+    ]
+    labels = [diff_label(row, noise) for row in rows]
+    lines += [
+        f"| {table_cell(r.path)} | {table_cell(r.metric)}"
+        f" | {diff_value(r.old)} | {diff_value(r.new)} | {diff_value(r.difference, '+')}"
+        f" | {mark} |"
+        for r, mark in zip(rows, labels, strict=True)
+    ]
+    scores = sum(1 for r in rows if r.difference is not None and is_score(r.path, r.metric))
+    lines.append(
+        f"\n{len(rows)} metric(s) changed; {labels.count(NOISE)} of the {scores} changed"
+        f" score(s) moved by less than {noise:g} points (`compare.noise`): {NOISE}"
+    )
+    return "\n".join(lines)
