@@ -53,7 +53,7 @@ from sentemb.losses import method_loss
 from sentemb.methods.paser import PaSeRConfig
 from sentemb.model_config import ModelConfig
 from sentemb.model_files import resolve_model
-from sentemb.phrases import PhrasesConfig, extract, read_phrase_spans
+from sentemb.phrases import PhrasesConfig, extract
 from sentemb.precision import autocast_dtype
 from sentemb.registry import METHODS
 from sentemb.st_model import st_model
@@ -136,7 +136,7 @@ def bench_job(
     model_config = section(params, "model", ModelConfig)
     name = model or model_config.name_or_path
     st = st_model(name, config.pooler, config.max_length, attention=config.attention)
-    phrases = None
+    data = {}
     sections = dict(params)
     if "paser" in spec:
         folder = checkpoints.parent / f"phrases-{checkpoints.name}"
@@ -144,7 +144,7 @@ def bench_job(
             lambda: iter(dict.fromkeys(sentences)), len(set(sentences)), PhrasesConfig(), folder
         )
         sections["paser"] = {**params.get("paser", {}), "phrases": str(folder / "rake.jsonl")}
-        phrases = read_phrase_spans(Path(section(sections, "paser", PaSeRConfig).phrases))
+        data["paser"] = section(sections, "paser", PaSeRConfig).sentence_data(sections, sentences)
     loss = method_loss(spec, st, sections, seed=seed, mlp_head=config.mlp_head)
     encoder = Encoder(st[0].auto_model, st[0].tokenizer, config.eval_pooler, name=name)
     return TrainingJob(
@@ -165,7 +165,7 @@ def bench_job(
             **{part: asdict(loss.parts[part].config) for part in loss.parts},
         },
         Selection("stsb", lambda encoder: {"STSBenchmark/dev": 0.0}, ["STSBenchmark/dev"], []),
-        phrases,
+        data,
     )
 
 

@@ -12,10 +12,11 @@ import pytest
 import torch
 
 from sentemb.config import ConfigError
-from sentemb.losses import OneMethodLoss, TrainedParts, method_loss, method_losses
+from sentemb.losses import OneMethodLoss, method_loss, method_losses
 from sentemb.methods.base import SimCSEConfig
 from sentemb.methods.sscl import SSCLConfig, SSCLLoss
 from sentemb.registry import METHODS
+from sentemb.trained_parts import TrainedParts
 
 from support.training import SENTENCES
 
@@ -174,3 +175,53 @@ def test_the_loss_weights_are_the_models_last_module(tiny_model_dir: Path, tmp_p
     }
     method_loss("simcse", model, mlp_head=False)
     assert len(model) == modules and not isinstance(model[-1], TrainedParts)
+
+
+def test_weight_decay_spares_the_own_modules_biases_and_layernorms(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """The loss's own modules go into the model as the modules they are: the trainer's weight
+    decay spares the LayerNorms of PaSeR's decoder and the head's bias, as it spares the
+    model's, and decays the head's weight."""
+    from datasets import Dataset
+    from sentence_transformers import (
+        SentenceTransformer,
+        SentenceTransformerTrainer,
+        SentenceTransformerTrainingArguments,
+    )
+
+    model = SentenceTransformer(str(tiny_model_dir), device="cpu")
+    loss = method_loss("simcse+paser", model, {"paser": {"decoder_layers": 1}})
+    args = SentenceTransformerTrainingArguments(
+        output_dir=str(tmp_path), weight_decay=0.1, use_cpu=True, report_to="none"
+    )
+    data = Dataset.from_dict({"text": SENTENCES})
+    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data, loss=loss)
+    trainer.create_optimizer()
+    groups = trainer.optimizer.param_groups
+    decayed = {id(p) for group in groups if group["weight_decay"] > 0 for p in group["params"]}
+    norms = [m for m in loss.parts["paser"].modules() if isinstance(m, torch.nn.LayerNorm)]
+    assert norms and not any(id(m.weight) in decayed for m in norms)
+    assert id(loss.head.dense.weight) in decayed and id(loss.head.dense.bias) not in decayed
+
+
+def test_paser_without_mlm_has_no_mlm_head(tiny_st) -> None:
+    """`mlm_weight: 0` builds no MLM head: a weight no step reaches would stall DDP."""
+    loss = method_loss("paser", tiny_st, {"paser": {"decoder_layers": 1, "mlm_weight": 0.0}})
+    assert loss.parts["paser"].mlm is None
+    assert not any(name.startswith("parts.paser.mlm") for name, _ in tiny_st[-1].named_parameters())
+
+
+class LooksForUnused(torch.nn.Module):
+    """A stand-in for DDP built with `find_unused_parameters=True`."""
+
+    find_unused_parameters = True
+
+
+def test_a_ddp_model_that_looks_for_unused_weights_is_refused(tiny_st) -> None:
+    """The loss's own weights are used outside the model's forward: DDP looking for unused
+    parameters would fail with its own error at the second step; the loss names the fix."""
+    loss = method_loss("simcse", tiny_st)
+    loss.model = LooksForUnused()
+    with pytest.raises(RuntimeError, match="ddp_find_unused_parameters=False"):
+        loss([{"input_ids": torch.ones(2, 3, dtype=torch.long)}])

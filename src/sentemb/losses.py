@@ -21,7 +21,9 @@ decoder and MLM head. PaSeR finds its phrases itself (RAKE) unless the data coll
 The loss puts its own trainable weights (the head, PaSeR's decoder) in the model, as its last
 module (`TrainedParts`, which passes the features on): whichever trainer trains the model then
 zeroes, clips, averages (DDP) and checkpoints them as the model's. Save the encoder without it
-(`del model[-1]`; the pipeline saves its `Encoder`). Under several processes (`torchrun`), the
+(`del model[-1]`; the pipeline saves its `Encoder`). Under DDP they are used outside the
+model's forward: train with `ddp_find_unused_parameters=False` (the loss refuses a DDP model
+that looks for unused parameters). Under several processes (`torchrun`), the
 vectors are gathered with gradient, so the negatives are those of the global batch, and a mean
 over items scales by the global count: the average of the processes' gradients is the
 single-process gradient of the global batch.
@@ -37,13 +39,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import torch
-from sentence_transformers.base.modules import Module
 from torch import Tensor, nn
 
 from sentemb.config import parse_spec, section
 from sentemb.encoder import EncoderOutput
 from sentemb.methods.base import BatchInputs, Objective, SimCSEConfig, TrainState, Views
 from sentemb.registry import METHODS
+from sentemb.trained_parts import TrainedParts, own_modules
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -65,39 +67,6 @@ class MLPHead(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return torch.tanh(self.dense(x))
-
-
-class TrainedParts(Module):
-    """A loss's own trainable weights as the model's last module, under the loss's names
-    (`head.dense.weight`, `parts.paser.decoder...`); the forward passes the features on. Saved
-    with the model's checkpoints; loaded from one, it holds the saved tensors under the same
-    names, which the trainer's resume copies into the live one."""
-
-    def __init__(self, weights: Mapping[str, Tensor] | None = None) -> None:
-        super().__init__()
-        for name, value in (weights or {}).items():
-            *path, leaf = name.split(".")
-            module: nn.Module = self
-            for step in path:
-                if step not in dict(module.named_children()):
-                    module.add_module(step, nn.Module())
-                module = module.get_submodule(step)
-            weight = value if isinstance(value, nn.Parameter) else nn.Parameter(value)
-            module.register_parameter(leaf, weight)
-
-    def forward(self, features: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        return features
-
-    def save(
-        self, output_path: str, *args: Any, safe_serialization: bool = True, **kw: Any
-    ) -> None:
-        self.save_torch_weights(output_path, safe_serialization)
-
-    @classmethod
-    def load(cls, model_name_or_path: str, subfolder: str = "", **kwargs: Any) -> TrainedParts:
-        hub = ("token", "cache_folder", "revision", "local_files_only")
-        found = {key: kwargs[key] for key in hub if key in kwargs}
-        return cls(cls.load_torch_weights(model_name_or_path, subfolder=subfolder, **found))
 
 
 class MethodLoss(nn.Module):
@@ -146,8 +115,18 @@ class MethodLoss(nn.Module):
         layers = [*self.parts.values(), *self._pooling[0]]  # SSCL, a pooler averaging layers
         self.hidden_states = any(getattr(part, "hidden_states", False) for part in layers)
         theirs = {id(p) for p in model.parameters()}
-        own = {n: p for n, p in self.named_parameters() if id(p) not in theirs and p.requires_grad}
-        self._own, self._own_names = list(own.values()), set(own)
+        own = own_modules(self.head, theirs, "head")
+        for name, part in self.parts.items():
+            own |= own_modules(part, theirs, f"parts.{name}")
+        self._own = [p for module in own.values() for p in module.parameters()]
+        mine = theirs | {id(p) for p in self._own}
+        left = [n for n, p in self.named_parameters() if p.requires_grad and id(p) not in mine]
+        if left:
+            raise TypeError(
+                f"{left}: trainable weights of a module that also keeps frozen weights or the "
+                "loss's state; give them a submodule of their own"
+            )
+        self._own_names = tuple(f"{name}." for name in own)
         if own:
             model.append(TrainedParts(own))
 
@@ -192,7 +171,7 @@ class MethodLoss(nn.Module):
 
     def kept(self, key: str) -> bool:
         """Whether the loss's `state` keeps the entry `key` of its state dict."""
-        return not key.startswith("model.") and key not in self._own_names
+        return not key.startswith(("model.", *self._own_names))
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         missing, unexpected = self.load_state_dict(dict(state), strict=False)
@@ -229,6 +208,12 @@ class MethodLoss(nn.Module):
         """The loss's terms for one batch (`objective`). The first features are the
         sentences; any further ones are the parts' prepared inputs, in the order of
         `batch_inputs`. In training, the parts' state (IS-CSE's buffer) then takes the batch."""
+        if self._own and getattr(self.model, "find_unused_parameters", False):
+            raise RuntimeError(
+                "DDP looks for unused parameters (find_unused_parameters), but the loss's own "
+                "weights in the model (TrainedParts) are used outside its forward: train with "
+                "ddp_find_unused_parameters=False"
+            )
         batch, *extra = sentence_features
         inputs = dict(zip(self.batch_inputs(), extra, strict=False))
         views = Views(batch, self.encode, self.head, self.project, inputs)

@@ -13,9 +13,12 @@ from support.stages import DOWNLOADED, linked_data, run_stage, write_params
 
 @pytest.fixture(scope="module")
 def stage_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """This environment, with the stages' own MLflow database."""
+    """This environment, with the stages' own MLflow database, and without any Databricks
+    setting a test of this process left (a stage would then reach for that host and log a
+    warning after its error line)."""
     db = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
-    return {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{db}", "DVC_NO_ANALYTICS": "1"}
+    own = {k: v for k, v in os.environ.items() if not k.startswith("DATABRICKS_")}
+    return {**own, "MLFLOW_TRACKING_URI": f"sqlite:///{db}", "DVC_NO_ANALYTICS": "1"}
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,8 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: support
 from transformers import TrainerCallback
 
-from sentemb.losses import MethodLoss, TrainedParts
+from sentemb.losses import MethodLoss
+from sentemb.trained_parts import TrainedParts
 
 from support.training import make_job
 

@@ -32,7 +32,7 @@ from sentemb.io import CheckpointError
 log = logging.getLogger(__name__)
 LOCK_FILE = ".lock"
 STATE_FILE = "sentemb_state.json"  # written last: a checkpoint folder without it is incomplete
-LOSS_FILE = "sentemb_loss.pt"  # the loss's state: head, buffers, decoder, random draws
+LOSS_FILE = "sentemb_loss.pt"  # the loss's state: buffers (IS-CSE's), step, random draws
 
 
 def params_hash(params: dict[str, Any]) -> str:

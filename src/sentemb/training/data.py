@@ -2,7 +2,7 @@
 that pads each batch and makes the parts' inputs (PaSeR's copies) in the data loader's workers,
 off the training step.
 
-    data = training_dataset(sentences, tokenizer, 32, {"paser": spans})  # a datasets.Dataset
+    data = training_dataset(sentences, tokenizer, 32, {"paser": paser_data})  # a Dataset
     collate = Collator(tokenizer.pad_token_id, None, loss.batch_inputs(), seed)
 
 The original SimCSE tokenizes its corpus once before training too (`datasets.map`). A batch
@@ -57,6 +57,9 @@ def training_dataset(
     dataset = Dataset.from_dict({"text": list(sentences)})
     dataset = dataset.map(tokenize, batched=True, batch_size=TOKENIZE_BATCH)
     for name, part in (data or {}).items():
+        missing = next((s for s in sentences if s not in part.rows), None)
+        if missing is not None:
+            raise ValueError(f"{name}: its sentence data has no row for {missing[:60]!r}")
         dataset = dataset.add_column(name, [part.rows[s] for s in sentences])
     return dataset if keep_text or data else dataset.remove_columns("text")
 

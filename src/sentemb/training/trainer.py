@@ -2,7 +2,7 @@
 
 The loop, DDP, mixed precision, fused AdamW, torch.compile, the data loader's workers, clipping,
 checkpoints and their resume are `SentenceTransformerTrainer`'s (Hugging Face's `Trainer`); the
-loss's own weights are in the model it trains (`sentemb.losses.TrainedParts`), so they are too.
+loss's own weights are in the model it trains (`sentemb.trained_parts`), so they are too.
 The pipeline drops the library's model card (it writes its own) and adds one callback,
 `sentemb.training.callback.RunCallback`: it scores the untrained model, stops a diverged run,
 keeps the best model and writes checkpoints. Before each optimizer step it has the trainer note,

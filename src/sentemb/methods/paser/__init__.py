@@ -186,7 +186,11 @@ class PaSeR(Method):
                 **special,
             )
         )
-        self.mlm = MLMHead(backbone.hidden_size, backbone.vocab_size, backbone.layer_norm_eps)
+        self.mlm = (  # none when off: a weight no step reaches would stall DDP
+            MLMHead(backbone.hidden_size, backbone.vocab_size, backbone.layer_norm_eps)
+            if config.mlm_weight > 0
+            else None
+        )
         self.inputs = PaSeRInputs(tokenizer, config, transformer.max_seq_length)
 
     def unstable_params(self) -> tuple[str, ...]:
