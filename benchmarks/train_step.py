@@ -38,6 +38,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
@@ -61,6 +62,7 @@ from sentemb.training.config import TrainConfig
 from sentemb.training.processes import pick_device
 from sentemb.training.run import TrainingJob
 from sentemb.training.selection import Selection
+from sentemb.training.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 WARMUP = 2
@@ -192,15 +194,30 @@ class Clock(TrainerCallback):
 
 def pipeline_seconds(job: TrainingJob, steps: int, folder: Path) -> dict[str, Any]:
     """Seconds per step of `job` run by the trainer for `WARMUP + steps` steps, with no dev
-    scoring or checkpoint inside them, and the peak CUDA memory."""
+    scoring or checkpoint inside them, the peak CUDA memory, and the median seconds of the
+    non-finite guard (`Trainer.check_step`: the loss flag and one gradient norm), alone and as
+    a share of a step (each call synchronised, so on CUDA it is an upper bound)."""
     total = WARMUP + steps
     job.config.max_steps, job.config.eval_steps = total, 10**6
     job.config.checkpoint_minutes = 10**6
     clock = Clock(WARMUP, total)
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
-    job.train(folder / "model", folder / "checkpoints", callbacks=[clock])
+    checks: dict[int, float] = {}
+    check_step = Trainer.check_step
+
+    def timed_check(trainer: Trainer) -> None:
+        clock.sync()
+        started = time.perf_counter()
+        check_step(trainer)
+        clock.sync()
+        checks[trainer.state.global_step] = time.perf_counter() - started
+
+    with mock.patch.object(Trainer, "check_step", timed_check):
+        job.train(folder / "model", folder / "checkpoints", callbacks=[clock])
     timing = clock.seconds()
+    check = statistics.median(checks[i] for i in range(WARMUP, total))
+    timing |= {"check_median": check, "check_share": check / timing["median"]}
     if torch.cuda.is_available():
         timing["peak_memory_mib"] = torch.cuda.max_memory_allocated() / 2**20
     return timing

@@ -30,7 +30,6 @@ from sentemb.data.download import DataConfig, use_nltk_data
 from sentemb.io import check_folder, check_output, write_json
 from sentemb.report.plots import save, training_curves
 from sentemb.tracking import mlflow_run
-from sentemb.training.config import TrainConfig
 from sentemb.training.processes import one_gpu, torchrun
 from sentemb.training.run import check_params, prepare
 
@@ -62,8 +61,7 @@ def main() -> None:
     params = load_params(args.params)
     use_nltk_data(section(params, "data", DataConfig), args.params)
     method = args.method or run_plan(params)[0]
-    check_params(params, method)  # once, before torchrun starts a process per GPU
-    nproc = section(params, "train", TrainConfig).nproc
+    nproc = check_params(params, method)[0].nproc  # once, before torchrun starts processes
     if nproc > 1 and "WORLD_SIZE" not in os.environ:  # not yet under torchrun
         torchrun(nproc)
     one_gpu(params)  # alone: the GPU train.device names, no other

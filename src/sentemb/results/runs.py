@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import math
 import zipfile
 from dataclasses import dataclass
@@ -297,14 +298,13 @@ def committed_files(
 ) -> list[dict[str, Any]]:
     """Each seed's metrics files as git holds their numbers (`SCORES`, keys dotted: a
     refinement's `repal.<column>`), checked as the files would be and against dvc.lock
-    (`check_summary_current`); the records' text fields (train's `autocast`, refine's
+    (`committed_scores`); the records' text fields (train's `autocast`, refine's
     `fit_on`) are not there: None. A revision without `SCORES` raises `missing`, the error of
     the per-seed file that was not found."""
     try:
-        records = score_records(read_json(read, SCORES), SCORES)
+        records = committed_scores(read)
     except MissingResults:
         raise missing from None
-    check_summary_current(read)
     found: dict[tuple[Any, Any], dict[str, Any]] = {}
     for (seed, file, key), score in records.items():
         values = found.setdefault((seed, file), {})
@@ -336,24 +336,32 @@ def committed_files(
     return files
 
 
-def check_summary_current(read: Reader) -> None:
-    """Git's `SCORES` (through `read`) is the file the revision's dvc.lock says stage `summary`
-    wrote (its md5); else one error: it was edited, or committed with another run's dvc.lock.
-    Not checked where dvc.lock is missing or records no `summary`."""
+def committed_scores(
+    read: Reader, where: str = SCORES, current: bool = True
+) -> dict[tuple[Any, str, str], float]:
+    """The records of `SCORES` through `read` (`where` names it in errors), read once and
+    checked (`score_records`); where `current`, also that it is the file the revision's
+    dvc.lock says stage `summary` wrote (its md5), else one error: it was edited, or committed
+    with another run's dvc.lock. That is not checked where dvc.lock is missing or records no
+    `summary`."""
+    data = read(SCORES)
     try:
-        stages = lock_stages(read("dvc.lock"))
+        records = score_records(json.loads(data.decode("utf-8")), where)
+    except ValueError as err:  # not UTF-8 or not JSON
+        raise UserError(f"{where}: not valid JSON ({err}); it was damaged") from None
+    try:
+        stages = lock_stages(read("dvc.lock")) if current else {}
     except MissingResults:
-        return
-    summary = stages.get("summary")
-    if summary is None:
-        return
+        stages = {}
+    summary = stages.get("summary", {})
     outs = summary.get("outs") if isinstance(summary.get("outs"), list) else []
     written = [o.get("md5") for o in outs if isinstance(o, dict) and o.get("path") == SCORES]
-    if written != [hashlib.md5(read(SCORES)).hexdigest()]:
+    if summary and written != [hashlib.md5(data).hexdigest()]:
         raise UserError(
-            f"{SCORES}: not the file dvc.lock records stage summary wrote (it was edited, or "
+            f"{where}: not the file dvc.lock records stage summary wrote (it was edited, or "
             "committed with another run's dvc.lock): `dvc repro` at that revision writes both"
         )
+    return records
 
 
 def score_records(data: Any, where: str) -> dict[tuple[Any, str, str], float]:

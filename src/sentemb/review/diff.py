@@ -18,7 +18,7 @@ from sentemb.config import UserError
 from sentemb.io import flatten, numbers
 from sentemb.registry import SUITES
 from sentemb.results.readers import Reader, folder_reader, revision_reader
-from sentemb.results.runs import RUNS, SCORES, check_scores, check_summary_current, score_records
+from sentemb.results.runs import RUNS, SCORES, check_scores, committed_scores
 
 HEADLINE_ROWS = ("trained", "untrained", "tfidf")  # metrics/summary.json's rows of scores
 HEADLINE = "metrics/summary.json"  # the only file declared as DVC metrics
@@ -93,18 +93,17 @@ def committed(repo: Path, revision: str | None, name: str) -> dict[tuple[str, st
     found_numbers: dict[tuple[str, str], float] = {}
     for path in (p for p in paths if p.endswith(".json")):
         where = f"{name}:{path}"
-        data = metrics_file(read, path, name)
-        if path == SCORES:  # score_records checks each score; a commit's dvc.lock, the file
+        if path == SCORES:  # the workspace's may be mid-`dvc repro`: not checked against it
+            try:
+                records = committed_scores(read, where, current=revision is not None)
+            except UserError as err:
+                raise MetricsDiffError(str(err)) from None
             found = [
                 ((f"{RUNS}/{seed}/{file}.json", key), score)
-                for (seed, file, key), score in score_records(data, where).items()
+                for (seed, file, key), score in records.items()
             ]
-            if revision is not None:  # the workspace's may be mid-`dvc repro`
-                try:
-                    check_summary_current(read)
-                except UserError as err:
-                    raise MetricsDiffError(f"{name}:{err}") from None
         else:  # numbers keeps the numbers; number refuses NaN and infinity
+            data = metrics_file(read, path, name)
             found = [
                 ((path, key), number(value, f"{where}: {key}"))
                 for key, value in numbers(data, lists=True).items()
@@ -123,7 +122,7 @@ def reader(repo: Path, revision: str | None, name: str) -> Reader:
 
 def metrics_file(read: Reader, path: str, name: str) -> Any:
     """The JSON of metrics file `path` through `read` (of the revision `name`), checked: a
-    JSON object (`SCORES`: a list), a suite's report columns scores x 100, the headline's every
+    JSON object, a suite's report columns scores x 100, the headline's every
     value a finite number. Else one error naming `name` and the file."""
     where = f"{name}:{path}"
     try:
@@ -132,8 +131,6 @@ def metrics_file(read: Reader, path: str, name: str) -> Any:
         raise MetricsDiffError(f"{where}: not UTF-8 text ({err})") from None
     except ValueError as err:
         raise MetricsDiffError(f"{where}: not valid JSON ({err})") from None
-    if path == SCORES:
-        return data
     if not isinstance(data, dict):
         raise MetricsDiffError(f"{where}: expected a JSON object")
     stem = PurePosixPath(path).stem

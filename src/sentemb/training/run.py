@@ -232,13 +232,14 @@ def probe_dev_vectors(encoder: Encoder, pooler: str, data: Path, batch_size: int
         encoder.pooler = trained_with
 
 
-def check_params(params: Mapping[str, Any], spec: str) -> None:
+def check_params(params: Mapping[str, Any], spec: str) -> tuple[TrainConfig, ModelConfig]:
     """What every training run reads, checked before anything starts (also before `torchrun`
-    starts its processes, which would each print the error): the run plan, `train`, and the
-    section of every method, whichever runs, since every one is a param of stage `train`: a typo
-    in another method's section is an error, not a silent rerun. Then what the run makes of the
-    sections of the methods of `spec` (`MethodConfig.run_problems`: the batch, the token limit,
-    the model's depth, read from its config, not its weights)."""
+    starts its processes, which would each print the error): the run plan, `train`, `model` and
+    the section of every method, whichever runs, since every one is a param of stage `train`: a
+    typo in another method's section is an error, not a silent rerun. Then what the run makes of
+    the sections of the methods of `spec` (`MethodConfig.run_problems`: the batch, the token
+    limit, the model's depth, read from its config, not its weights). Returns `train` and
+    `model`, parsed."""
     run_plan(params)
     train = section(params, "train", TrainConfig)
     configs = {entry.name: section(params, entry.name, entry.config) for entry in METHODS.values()}
@@ -252,6 +253,7 @@ def check_params(params: Mapping[str, Any], spec: str) -> None:
     for name in parse_spec(spec):
         for problem in configs[name].run_problems(run):
             raise ConfigError(f"{name}.{problem}")
+    return train, model
 
 
 def prepare(
@@ -262,13 +264,11 @@ def prepare(
     load the model and build its loss and the run key: everything that defines the run
     (params of every part, data hashes, the model's weights, the code), so a checkpoint resumes
     only the same run."""
-    check_params(params, spec)  # the experiment's method and seeds, every method's section
+    config, model_config = check_params(params, spec)  # the method, seeds, every section
     names = parse_spec(spec)
     spec = "+".join(names)
     if seed not in SEEDS:
         raise ConfigError(f"--seed: expected an integer in [0, 2**32), got {seed}")
-    model_config = section(params, "model", ModelConfig)
-    config = section(params, "train", TrainConfig)
     for name in ("pooler", "eval_pooler"):
         check_pooler(getattr(config, name), f"train.{name}")
     check_pooler(model_config.pooler, "model.pooler", auto=True)  # now, not after training
