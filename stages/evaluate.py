@@ -10,7 +10,9 @@ encoded once per model for all suites and refinements. `--predictions-dir D` kee
 suite scored by Spearman over pairs (sts, chinese, own), the plain model's score and the gold
 score of every pair as arrays `<set>/predicted`, `<set>/gold` in `D/<suite>.npz`, and for a set
 scored as a mean over items (own reranking and retrieval) each item's headline score as
-`<set>/items`. Each metrics file records its suite's wall time under `seconds` (the first
+`<set>/items`. `--results-dir D` keeps the result files a suite's library writes in its own
+format under `D/<suite>/` (MTEB's, plain and refined: `mteb.ResultCache("D/mteb")` reads them).
+Each metrics file records its suite's wall time under `seconds` (the first
 suite's includes loading the model).
 
 A dataset missing from `--data` is skipped, and listed under `skipped` with its reason, only when
@@ -48,6 +50,7 @@ def parser() -> Parser:
     parser.input("--refined", folder=True, help="a refine stage output folder")
     parser.input("--corpus", folder=False, help="the TF-IDF baseline's English IDF corpus")
     parser.outputs("--predictions-dir", help="for <suite>.npz of the pair suites")
+    parser.output("--results-dir", help="for <suite>/: a library's own result files (MTEB's)")
     return parser
 
 
@@ -63,6 +66,8 @@ def main() -> None:
         predictions = {suite: args.predictions_dir / f"{suite}.npz" for suite in pair_suites}
     for output in (*outputs.values(), *predictions.values()):  # refused now, not after scoring
         check_output(output)
+    if args.results_dir is not None:
+        check_output(args.results_dir, folder=True)
     params = load_params(args.params)
     use_nltk_data(section(params, "data", DataConfig), args.params)
     model = model_names(params, args.model)[0]
@@ -71,6 +76,8 @@ def main() -> None:
         results = evaluate_model(suites, params, args.data, args.model, args.refined, args.corpus)
         for suite, path in predictions.items():
             write_predictions(path, results[suite])
+        if args.results_dir is not None:
+            write_files(args.results_dir, {suite: results[suite].files for suite in suites})
         for suite, path in outputs.items():
             run.write_metrics(path, results[suite].metrics, results[suite].seconds, suite)
 
@@ -85,6 +92,18 @@ def write_predictions(path: Path, result: SuiteResult) -> None:
     } | result.per_item
     with atomic_path(path) as tmp, tmp.open("wb") as handle:
         np.savez(handle, **arrays)
+
+
+def write_files(folder: Path, files: dict[str, dict[str, bytes]]) -> None:
+    """Each suite's own result files under `folder/<suite>/` (the folder written atomically;
+    empty where no suite has any)."""
+    with atomic_path(folder, folder=True) as tmp:
+        tmp.mkdir(exist_ok=True)
+        for suite, found in files.items():
+            for name, data in found.items():
+                path = tmp / suite / name
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(data)
 
 
 if __name__ == "__main__":

@@ -368,6 +368,9 @@ LISTS = list_params()
 ENTRIES = {
     "data.datasets": "STSBenchmark",
     "eval.own.sets": {"name": "bio", "kind": "sts", "path": "data/own/bio.tsv"},
+    "eval.mteb.tasks": "STS12",
+    "eval.mteb.languages": "eng",
+    "eval.mteb.splits": "test",
 }
 
 

@@ -56,12 +56,14 @@ def build_evaluator(name: str, params: dict[str, Any], root: Path, batch_size: i
 @dataclass
 class SuiteResult:
     """One suite's metrics file (plain scores, `skipped`, one entry per refinement), its pairs'
-    predicted and gold scores (pair suites), its items' scores (`Evaluator.per_item`) and its
-    wall time (the first suite's includes the model's loading)."""
+    predicted and gold scores (pair suites), its items' scores (`Evaluator.per_item`), its
+    library's own result files, plain and refined (`Evaluator.files`: MTEB's), and its wall
+    time (the first suite's includes the model's loading)."""
 
     metrics: dict[str, Any]
     pairs: dict[str, tuple[np.ndarray, np.ndarray]]
     per_item: dict[str, np.ndarray]
+    files: dict[str, bytes]
     seconds: float
 
 
@@ -108,6 +110,8 @@ def evaluate_model(
         raise ConfigError("--refined: the TF-IDF baseline is never refined (no mask token)")
     batch_size = section(params, "model", ModelConfig).batch_size
     evaluators = {name: build_evaluator(name, params, data, batch_size) for name in suites}
+    for evaluator in evaluators.values():  # before a model loads (it may set the Hub offline)
+        evaluator.prepare()
     languages = {lang for name in suites for lang in SUITES[name].cls.languages}
     encoders, names = load_encoders(params, model, languages, corpus)
     refined_encoders: dict[str, dict[str, SentenceEncoder]] = {}
@@ -129,7 +133,7 @@ def evaluate_model(
             metrics = evaluator({lang: encoders[lang] for lang in suite.cls.languages})
         require_complete(evaluator, name, metrics)
         require_finite(f"{label}, suite {name}", metrics)
-        pairs, per_item = dict(evaluator.pairs), dict(evaluator.per_item)
+        pairs, per_item, files = dict(evaluator.pairs), dict(evaluator.per_item), evaluator.files
         result: dict[str, Any] = dict(metrics)
         for dataset, reason in evaluator.skipped.items():
             log.warning("%s: skipped: %s", dataset, reason)
@@ -138,10 +142,15 @@ def evaluate_model(
         for method in methods if name in refined_suites else []:
             with scoring(f"{label} + {method}"):
                 result[method] = evaluator(
-                    {lang: refined_encoders[lang][method] for lang in suite.cls.languages}
+                    {lang: refined_encoders[lang][method] for lang in suite.cls.languages},
+                    method,
                 )
             require_finite(f"{label} + {method}, suite {name}", result[method])
-        results[name] = SuiteResult(result, pairs, per_item, time.perf_counter() - started)
+            files = files | evaluator.files
+        seconds = time.perf_counter() - started
+        results[name] = SuiteResult(result, pairs, per_item, files, seconds)
         started = time.perf_counter()
-        log.info("%s: %s", name, {k: round(v, 2) for k, v in metrics.items() if "/" not in k})
+        log.info(
+            "%s: %s", name, {k: round(metrics[k], 2) for k in suite.cls.report_columns(metrics)}
+        )
     return results

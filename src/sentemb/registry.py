@@ -85,7 +85,7 @@ class Registry(Mapping[str, Entry]):
 
 METHODS = Registry("method", "sentemb.methods", shared=("base", "functional"))
 REFINEMENTS = Registry("refinement", "sentemb.refine", ("base", "config", "fit", "store", "wrap"))
-SUITES = Registry("suite", "sentemb.evaluation", shared=("base", "classify", "encoders"))
+SUITES = Registry("suite", "sentemb.evaluation", ("base", "classify", "encoders", "mteb_bridge"))
 
 register_method = METHODS.register
 register_refinement = REFINEMENTS.register

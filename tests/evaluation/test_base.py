@@ -144,7 +144,8 @@ def test_an_absence_nothing_explains_is_an_error_at_the_stage(tmp_path: Path) ->
         require_complete(evaluator, "sts", metrics)
 
 
-@pytest.mark.parametrize("suite", [s for s in SUITES if s != "own"])  # own: test_own.py
+# own and mteb read no download manifest: test_own.py, test_mteb.py
+@pytest.mark.parametrize("suite", [s for s in SUITES if s not in ("own", "mteb")])
 def test_every_task_skipped_is_an_error(tmp_path: Path, suite: str) -> None:
     write_manifest(tmp_path, [], {"STS12": "no network", "MR": "no network"})
     params = {"eval": {"transfer": {"kfold": 2, "inner_kfold": 2}}}
@@ -158,7 +159,7 @@ def test_every_task_skipped_is_an_error(tmp_path: Path, suite: str) -> None:
 def test_each_suite_is_declared_once_with_what_its_readers_need() -> None:
     """`SUITES` in report order (each suite's `order`, none shared): its evaluator and config
     (built from `eval.<name>`), the languages it scores, whether it keeps pairs, and a report
-    title and columns ending in avg (own: a column per set of eval.own, no avg)."""
+    title and columns ending in avg (own, mteb: a column per set or task asked, no avg)."""
     orders = [SUITES[name].order for name in SUITES]
     assert orders == sorted(set(orders))
     assert keeping_pairs(["transfer", "chinese", "sts"]) == ["chinese", "sts"]
@@ -166,7 +167,7 @@ def test_each_suite_is_declared_once_with_what_its_readers_need() -> None:
     for name, suite in SUITES.items():
         assert issubclass(suite.cls, Evaluator) and dataclasses.is_dataclass(suite.config)
         assert suite.cls.languages and set(suite.cls.languages) <= set(LANGUAGES)
-        assert suite.cls.title and (suite.cls.columns[-1:] == ("avg",)) != (name == "own")
+        assert suite.cls.title and (suite.cls.columns[-1:] == ("avg",)) != (name in ("own", "mteb"))
         assert isinstance(build_evaluator(name, {}, Path("data"), 4), suite.cls)
     with pytest.raises(ConfigError, match=r"^eval\.sts: unknown key"):
         build_evaluator("sts", {"eval": {"sts": {"taks": []}}}, Path("data"), 4)

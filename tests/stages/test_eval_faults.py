@@ -22,6 +22,7 @@ from sentemb.refine.store import save_refinement
 from sentemb.refine.whitening import Whitening
 from sentemb.registry import SUITES
 
+from support import REPO
 from support.models import LAST_NORM, edited_copy, set_weight
 from support.stages import LINKED_CORPUS, last_error, run_stage, write_params
 from support.training import STSB, write_stsb
@@ -32,14 +33,20 @@ SMALL_SUITES = {  # one small real task per suite
     "chinese": {"tasks": ["PAWSX"]},
     "retrieval": {"offline_sets": ["PAWSX"]},
     "own": [{"name": "pairs", "kind": "sts", "path": "data/own/pairs.tsv"}],  # `write_own_set`
+    "mteb": {"tasks": ["data.own.mteb_tasks:STSBenchmarkTest"]},  # the repository's, on data/raw
 }
 
 
-def write_own_set(work: Path) -> None:
-    """SMALL_SUITES' own set, under `work` (where the stage runs)."""
+def write_own_set(work: Path, data: Path) -> None:
+    """SMALL_SUITES' own set and the repository's MTEB task module, under `work` (where the
+    stage runs), whose data/raw (what that task reads) is `data`."""
     rows = "".join(f"a cat number {i}\ta dog number {i % 3}\t{i % 5}\n" for i in range(8))
     (work / "data/own").mkdir(parents=True, exist_ok=True)
     (work / "data/own/pairs.tsv").write_text("sentence1\tsentence2\tscore\n" + rows)
+    shutil.copy(REPO / "data/own/mteb_tasks.py", work / "data/own/mteb_tasks.py")
+    raw = work / "data/raw"
+    if not raw.exists() and data.resolve() != raw.resolve():
+        raw.symlink_to(data.resolve())
 
 
 FAULTY = {  # model -> the start of the error its vectors give
@@ -80,7 +87,7 @@ def evaluate(
     """Run the evaluate stage on `suite` with its small params: its one error line (or, with
     `error=False`, the finished process) and its output path."""
     suites = {suite: SMALL_SUITES[suite]} | sections.pop("eval", {})
-    write_own_set(work)
+    write_own_set(work, data)
     params = write_params(work, data, model={"batch_size": 256}, eval=suites, **sections)
     out = work / "out" / f"{suite}.json"
     args = ["--suites", suite, "--model", str(model), "--out-dir", str(out.parent)]
@@ -248,7 +255,8 @@ def test_tfidf_with_a_refinement_is_one_error(
 # --- 2. absent datasets -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("suite", [s for s in SUITES if s != "own"])  # own: the user's files
+# own: the user's files; mteb: no manifest (its data's absence: test_mteb_stage)
+@pytest.mark.parametrize("suite", [s for s in SUITES if s not in ("own", "mteb")])
 def test_every_task_absent_is_one_error(tmp_path: Path, stage_env, suite: str) -> None:
     """`download` with a wrong mirror and no network on a fresh clone: a manifest, no data."""
     data = tmp_path / "raw"

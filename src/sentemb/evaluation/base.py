@@ -32,6 +32,7 @@ import scipy.sparse as sp
 from scipy.stats import spearmanr
 from sklearn.preprocessing import normalize
 
+from sentemb.clock import SECONDS
 from sentemb.config import UserError
 from sentemb.data.download import MANIFEST, DataUnavailable
 from sentemb.data.readers import PairSet
@@ -44,6 +45,13 @@ SKIPPED = "skipped"  # a metrics file's key: the datasets left out, with why
 ITEMS = "items"  # `<set>/items`: a predictions file's per-item scores (`per_item`)
 PROBE_SIZE = 8  # sentences a model is probed on before it encodes more (`probe`)
 LANGUAGES = (ENGLISH, CHINESE)
+PLAIN = "plain"  # the variant of an encoder scored without a refinement
+SCORED_BY = "scored_by"  # a metrics file's key: the metric behind each task's score (MTEB's)
+# The keys a metrics file holds beside its scores, no task's or set's name: its wall time, the
+# datasets skipped, what scored each task and each refinement's scores (spelled here, so that
+# training, which reads eval.own for train.selection, does not depend on the refinements' code; a
+# test checks the registry's names). avg: every other suite's average.
+RESERVED = (SECONDS, SKIPPED, SCORED_BY, "avg", "repal", "whitening")
 
 
 class UnusableVectors(UserError, ValueError):
@@ -90,6 +98,8 @@ class Evaluator(ABC):
         self.unexplained: dict[str, str] = {}  # skipped with no manifest saying why
         self.pairs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self.per_item: dict[str, np.ndarray] = {}  # `<set>/items`: its headline's per item
+        self.files: dict[str, bytes] = {}  # a library's own result files of the last call
+        self.variant = PLAIN
 
     @classmethod
     def asks_for_tasks(cls, config: Any) -> bool:
@@ -104,11 +114,24 @@ class Evaluator(ABC):
         return [c for c in cls.columns if c in values]
 
     def __call__(
-        self, encoders: SentenceEncoder | Mapping[str, SentenceEncoder]
+        self, encoders: SentenceEncoder | Mapping[str, SentenceEncoder], variant: str = PLAIN
     ) -> dict[str, float]:
+        """The metrics of `encoders`; `variant` names what they are (`PLAIN`, or the refinement
+        applied) where a suite's own files record it (`files`)."""
         if not isinstance(encoders, Mapping):
             encoders = dict.fromkeys(LANGUAGES, encoders)
+        self.variant = variant
         return self.score(encoders)
+
+    @classmethod
+    def notes(cls, values: Mapping[str, Any]) -> list[str]:
+        """What the report must say beside a metrics file's scores (`values`): how a task was
+        scored where that is not what its column suggests (default: nothing)."""
+        return []
+
+    def prepare(self) -> None:  # noqa: B027 (a hook most suites need not fill)
+        """Load and check what scoring reads that may be missing, before any model is loaded
+        or sentence encoded (a stage calls it for every suite first; default: nothing)."""
 
     @abstractmethod
     def score(self, encoders: Mapping[str, SentenceEncoder]) -> dict[str, float]:

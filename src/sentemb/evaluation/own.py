@@ -37,13 +37,12 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.preprocessing import normalize
 
-from sentemb.clock import SECONDS
 from sentemb.data.readers import DataFormatError, PairSet, is_blank
 from sentemb.data.tables import read_rows, text_field
 from sentemb.evaluation.base import (
     ENGLISH,
     ITEMS,
-    SKIPPED,
+    RESERVED,
     Embeddings,
     Evaluator,
     SentenceEncoder,
@@ -102,12 +101,6 @@ class OwnConfig:
         names = [s.name for s in self.sets]
         repeated = sorted({n for n in names if names.count(n) > 1})
         return [f"sets: the name {n!r} is given twice" for n in repeated]
-
-
-# The keys a metrics file holds beside its scores, no set's name: its wall time, the datasets
-# skipped and each refinement's scores (spelled here, so that training, which reads eval.own for
-# train.selection, does not depend on the refinements' code; a test checks the registry's names).
-RESERVED = (SECONDS, SKIPPED, "avg", "repal", "whitening")  # avg: every other suite's average
 
 
 def _text(row: Mapping[str, Any], column: str, where: str, param: str) -> str:

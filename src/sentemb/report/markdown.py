@@ -164,7 +164,9 @@ def summary(
     ]
     for suite in SUITES.values():
         table = suite_table(suite.name, methods, singles)
+        notes = [n for f in singles.values() for n in suite.cls.notes(f.get(suite.name) or {})]
         parts += [f"## {suite.cls.title}", table] if table else []
+        parts += ["\n".join(f"- {note}" for note in dict.fromkeys(notes))] if notes else []
     rows = sorted({name for values in per_seed.values() for name in values}, key=row_order)
     parts += [
         "## Per seed (suite averages)",
