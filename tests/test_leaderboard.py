@@ -887,3 +887,16 @@ def test_only_params_both_revisions_have_name_a_run(
     it would make the default run of older code a variant whose rerun command today's params
     refuse (`-S train.checkpoint_steps=50`). A value renamed since is today's spelling."""
     assert board_module.differing(mine, reference) == expected
+
+
+def test_each_suite_without_an_average_keeps_its_own_columns() -> None:
+    """own's sets and mteb's tasks are columns of their own suite only, refined rows included."""
+    entries = [
+        {"sts": 1.0, "own:faq": 2.0, "mteb:STS12": 3.0},
+        {"own/repal:mine": 4.0, "mteb/whitening:SciFact": 5.0},
+    ]
+    columns = render.board_columns(entries)
+    assert [c for c in columns if c[0] == "own"] == [("own", "faq"), ("own", "mine")]
+    assert [c for c in columns if c[0] == "mteb"] == [("mteb", "STS12"), ("mteb", "SciFact")]
+    averaged = [(suite, None) for suite in SUITES if suite not in ("own", "mteb")]
+    assert [c for c in columns if c[1] is None] == averaged

@@ -20,17 +20,9 @@ from sentemb.evaluation.own import OwnConfig, OwnEvaluator
 from sentemb.tfidf import TfidfEncoder
 
 from support import REPO
+from support.encoders import HashEncoder
 
 EXAMPLE = "data.own.mteb_tasks:STSBenchmarkTest"  # the repository's own task class
-
-
-class HashEncoder:
-    """A fixed random vector per text (seeded by the text)."""
-
-    def encode(self, sentences, batch_size: int = 128) -> np.ndarray:
-        return np.stack(
-            [np.random.default_rng(abs(hash(s)) % 2**32).normal(size=8) for s in sentences]
-        ).astype(np.float32)
 
 
 class NeverEncoder:

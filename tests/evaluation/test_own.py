@@ -24,14 +24,7 @@ from sentemb.evaluation.own import (
 )
 from sentemb.evaluation.sts import STSConfig, STSEvaluator
 
-
-class HashEncoder:
-    """A fixed random vector per text (seeded by the text), for metric checks."""
-
-    def encode(self, sentences, batch_size: int = 128) -> np.ndarray:
-        return np.stack(
-            [np.random.default_rng(abs(hash(s)) % 2**32).normal(size=8) for s in sentences]
-        ).astype(np.float32)
+from support.encoders import HashEncoder
 
 
 class AsSentenceTransformer:

@@ -242,12 +242,11 @@ class MTEBEvaluator(Evaluator):
         return set()
 
     def score(self, encoders: Mapping[str, SentenceEncoder]) -> dict[str, Any]:
-        import mteb
-
         self.prepare()
         self.files = {}
         if not self.tasks:
             return {}
+        import mteb  # its import takes seconds: only where a task is asked
         encoder, tasks = encoders[ENGLISH], self.tasks
         if is_tfidf(encoder):
             kept = [t for t in tasks if t.metadata.type in TFIDF_TYPES]

@@ -86,9 +86,15 @@ def leaderboard(board: Mapping[str, Any]) -> str:
     test against SimCSE and the rows left out as stale."""
     rows = sorted(board["rows"], key=leaderboard_order)
     columns = board_columns([*(r["scores"] for r in rows), *board["reference"].values()])
+    named = [c for _, c in columns]  # a set or task named twice: its suite says which
     header = [
         "model",
-        *(f"{SUITES[s].cls.title.split(' (')[0]} avg" if c is None else c for s, c in columns),
+        *(
+            f"{SUITES[s].cls.title.split(' (')[0]} avg"
+            if c is None
+            else (c if named.count(c) == 1 else f"{s}:{c}")
+            for s, c in columns
+        ),
         "STS vs SimCSE",
         "trained on",
         "commit",
@@ -153,13 +159,17 @@ def leaderboard(board: Mapping[str, Any]) -> str:
 
 
 def board_columns(entries: list[Mapping[str, Any]]) -> list[tuple[str, str | None]]:
-    """The leaderboard's score columns: (suite, None) for each suite's average, (suite, set) for
-    each own set any row has (`<suite>:<set>` keys of `entries`), in the suites' order."""
-    found = dict.fromkeys(k.partition(":")[2] for e in entries for k in e if ":" in k)
+    """The leaderboard's score columns: (suite, None) for each suite's average, (suite, column)
+    for each column of a suite without one (an own set, an MTEB task) that any row has
+    (`<suite>[/<refinement>]:<column>` keys of `entries`), in the suites' order."""
+    found: dict[str, dict[str, None]] = {}
+    for key in (k for e in entries for k in e if ":" in k):
+        row, _, column = key.partition(":")
+        found.setdefault(row.partition("/")[0], {})[column] = None
     return [
         (suite, column)
         for suite, declared in SUITES.items()
-        for column in ([None] if declared.cls.columns else found)
+        for column in ([None] if declared.cls.columns else found.get(suite, {}))
     ]
 
 
