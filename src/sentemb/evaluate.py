@@ -151,6 +151,8 @@ def evaluate_model(
         results[name] = SuiteResult(result, pairs, per_item, files, seconds)
         started = time.perf_counter()
         log.info(
-            "%s: %s", name, {k: round(metrics[k], 2) for k in suite.cls.report_columns(metrics)}
+            "%s: %s",
+            name,
+            {k: round(float(metrics[k]), 2) for k in suite.cls.report_columns(metrics)},
         )
     return results

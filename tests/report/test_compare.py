@@ -467,3 +467,22 @@ def test_what_one_side_lacks_is_listed() -> None:
     assert "`own` extra: scored by `sscl` only" in listed
     assert "`sts/whitening`: scored by `sscl` only" in listed
     assert any(line.startswith("trained on another corpus: ") and "80" in line for line in listed)
+
+
+def test_a_suite_without_an_average_shows_a_row_per_column_without_tasks() -> None:
+    """compare's table: suite averages by default, and every own set and MTEB task (suites
+    with no average), which would otherwise not show at all; `--tasks` adds the tasks."""
+    from sentemb.review.render import comparison
+
+    old, new = fake_experiment("simcse", [1, 2], 1), fake_experiment("sscl", [1, 2], 3)
+    for experiment, score in ((old, 80.0), (new, 81.0)):
+        for i, files in enumerate(experiment.files):
+            files["mteb"] = {"STS12": score + i, "scored_by": {"STS12": "STS: cosine_spearman"}}
+    config = CompareConfig(resamples=50)
+    results = compare({"a": old, "b": new}, "a", config)["b"]
+    rows = {}
+    for tasks in (False, True):
+        table = comparison(old, new, results, config, tasks).splitlines()
+        rows[tasks] = [line.split(" | ")[0] for line in table if line.startswith("| ")][1:]
+    assert {"| own mine", "| own faq", "| mteb STS12", "| sts"} <= set(rows[False])
+    assert "| sts STS12" not in rows[False] and "| sts STS12" in rows[True]

@@ -44,7 +44,8 @@ def comparison(
     old: Any, new: Any, results: Mapping[str, Mapping[str, Mapping]], config: Any, tasks: bool
 ) -> str:
     """`sentemb.review.compare`'s Markdown: experiment `new` against `old` (both on their shared
-    seeds), a row per suite average (per task with `tasks`), plain and refined."""
+    seeds), a row per suite average (per task with `tasks`; a suite without one, own or mteb:
+    a row per set or task), plain and refined."""
     seeds = ", ".join(map(str, new.seeds))
     lines = [
         f"### `{old.label}` → `{new.label}`: {old.method} → {new.method} (seeds {seeds})",
@@ -60,8 +61,9 @@ def comparison(
     rows = []
     for row in sorted(results, key=row_order):
         before, after = old.scores(row), new.scores(row)
-        for column in SUITES[row.partition("/")[0]].cls.report_columns(results[row]):
-            if not tasks and column != "avg":
+        declared = SUITES[row.partition("/")[0]].cls
+        for column in declared.report_columns(results[row]):
+            if not tasks and column != "avg" and declared.columns:  # no avg: every column
                 continue
             name = row_label(row) + ("" if column == "avg" else f" {column}")
             values = [spread(mean_std(s[column])) for s in (before, after)]  # type: ignore[index]
