@@ -94,7 +94,9 @@ def test_compare_tests_an_experiment_against_a_revision(repo: Path) -> None:
     assert lines[0] == "### `HEAD` → `noisy-sscl`: simcse → sscl (seeds 1, 2)"
     sts = next(line for line in lines if line.startswith("| sts |"))
     assert sts.endswith("| significant | bootstrap |") and "| -" in sts  # noisier: clearly worse
-    assert len([line for line in lines if line.startswith("| ")]) == 1 + 5  # header + rows
+    rows = [line for line in lines if line.startswith("| ")]
+    assert len(rows) == 1 + 5 + 2  # header, the suites' averages, each own set (no average)
+    assert {"| own mine", "| own faq"} <= {line.split(" | ")[0] for line in rows}
 
 
 @pytest.mark.parametrize(

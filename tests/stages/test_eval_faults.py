@@ -275,6 +275,7 @@ def test_a_failing_suite_leaves_no_file_of_the_suites_scored_before_it(
     """Every suite in one process: sts, transfer and chinese score, then retrieval has no task
     (QQP and AskUbuntu missing, no offline set): one error, and no metrics file at all."""
     suites = SMALL_SUITES | {"retrieval": {"offline_sets": []}}
+    write_own_set(tmp_path, data_root)
     params = write_params(tmp_path, data_root, eval=suites)
     out, predictions = tmp_path / "out", tmp_path / "predictions"
     args = ["--model", "tfidf", "--data", str(data_root), "--params", str(params)]
