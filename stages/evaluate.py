@@ -7,13 +7,13 @@ scores the TF-IDF bag-of-words baseline. With `--refined DIR` (a refine stage ou
 of `refine.suites` are also scored after each refinement fitted there, and those metrics go
 beside the plain ones under the refinement's name (`repal`, `whitening`). Every sentence is
 encoded once per model for all suites and refinements. `--predictions-dir D` keeps, for each
-suite scored by Spearman over pairs (sts, chinese, own), the plain model's score and the gold
-score of every pair as arrays `<set>/predicted`, `<set>/gold` in `D/<suite>.npz`, and for a set
-scored as a mean over items (own reranking and retrieval) each item's headline score as
-`<set>/items`. `--results-dir D` keeps the result files a suite's library writes in its own
-format under `D/<suite>/` (MTEB's, plain and refined: `mteb.ResultCache("D/mteb")` reads them).
-Each metrics file records its suite's wall time under `seconds` (the first
-suite's includes loading the model).
+suite scored by Spearman over pairs (sts, chinese, own, mteb's STS tasks), the plain model's
+score and the gold score of every pair as arrays `<set>/predicted`, `<set>/gold` in
+`D/<suite>.npz`, and for a set scored as a mean over items (own reranking and retrieval) each
+item's headline score as `<set>/items`. `--results-dir D` keeps the result files a suite's
+library writes in its own format under `D/<suite>/` (MTEB's, plain and refined:
+`mteb.ResultCache("D/mteb")` reads them). Each metrics file records its suite's wall time under
+`seconds` (the first suite's includes loading the model).
 
 A dataset missing from `--data` is skipped, and listed under `skipped` with its reason, only when
 the download manifest explains it (not obtainable, or left out of `data.datasets`); any other

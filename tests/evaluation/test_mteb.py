@@ -14,7 +14,7 @@ import pytest
 from sentemb.config import ConfigError, section
 from sentemb.data.download import DataUnavailable
 from sentemb.evaluate import evaluate_model
-from sentemb.evaluation.base import SCORED_BY, CachedEncoder
+from sentemb.evaluation.base import SCORED_BY, CachedEncoder, spearman
 from sentemb.evaluation.mteb import MTEBConfig, MTEBEvaluator, resolve_tasks
 from sentemb.evaluation.own import OwnConfig, OwnEvaluator
 from sentemb.tfidf import TfidfEncoder
@@ -68,6 +68,9 @@ def test_the_repositorys_stsb_task_scores_what_the_builtin_task_scores(repo: Pat
     assert mteb["STSBenchmarkTest"] == pytest.approx(sts["STSBenchmark"], abs=0.01)
     assert mteb[SCORED_BY] == {"STSBenchmarkTest": "STS: cosine_spearman"}
     assert "results/sentemb__encoder/plain/STSBenchmarkTest.json" in results["mteb"].files
+    predicted, gold = results["mteb"].pairs["STSBenchmarkTest"]  # compare's bootstrap reads them
+    assert np.array_equal(gold, results["sts"].pairs["STSBenchmark"][1])
+    assert spearman(predicted, gold) == pytest.approx(mteb["STSBenchmarkTest"], abs=1e-6)
 
 
 BEIR_TASK = '''
@@ -110,7 +113,8 @@ def test_a_beir_task_class_scores_what_the_same_folder_scores_as_an_own_set(
     write_beir(repo / "data/own/papers")
     module = task_module(repo, BEIR_TASK)
     encoder = HashEncoder()
-    mteb = MTEBEvaluator(repo, 16, config(tasks=[f"{module}:Papers"]), repo=repo)(encoder)
+    evaluator = MTEBEvaluator(repo, 16, config(tasks=[f"{module}:Papers"]), repo=repo)
+    mteb = evaluator(encoder)
     own_config = section(
         {"own": [{"name": "papers", "kind": "retrieval", "path": "data/own/papers"}]},
         "own",
@@ -119,6 +123,7 @@ def test_a_beir_task_class_scores_what_the_same_folder_scores_as_an_own_set(
     own = OwnEvaluator(repo, 16, own_config, repo=repo)(encoder)
     assert mteb["Papers"] == pytest.approx(own["papers"], abs=0.01)
     assert mteb["Papers/ndcg_at_10"] == mteb["Papers"]
+    assert evaluator.pairs == {}  # no STS task: no pairs, compare rests on the seeds
 
 
 def test_an_unknown_task_name_is_refused_with_the_nearest_names() -> None:

@@ -7,7 +7,10 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+from sentemb.evaluation.base import spearman
 
 from support import REPO
 from support.stages import last_error, run_stage, write_params
@@ -34,6 +37,7 @@ def test_evaluate_scores_a_task_class_and_keeps_mtebs_result_files(
     out, results = work / "metrics", work / "results"
     args = ["--suites", "sts", "mteb", "--model", str(tiny_model_dir), "--out-dir", str(out)]
     args += ["--params", str(params), "--results-dir", str(results)]
+    args += ["--predictions-dir", str(work / "predictions")]
     result = run_stage("evaluate.py", args, work, stage_env)
     assert result.returncode == 0, result.stderr
     metrics = json.loads((out / "mteb.json").read_text())
@@ -46,6 +50,10 @@ def test_evaluate_scores_a_task_class_and_keeps_mtebs_result_files(
     folder = results / "mteb/results/sentemb__encoder/plain"
     read = mteb.TaskResult.from_disk(folder / "STSBenchmarkTest.json")  # MTEB reads it as it is
     assert 100 * read.get_score() == pytest.approx(metrics["STSBenchmarkTest"], abs=1e-4)
+    with np.load(work / "predictions/mteb.npz") as arrays:  # compare's bootstrap over pairs
+        assert set(arrays.files) == {"STSBenchmarkTest/predicted", "STSBenchmarkTest/gold"}
+        scored = spearman(arrays["STSBenchmarkTest/predicted"], arrays["STSBenchmarkTest/gold"])
+        assert scored == pytest.approx(metrics["STSBenchmarkTest"], abs=1e-6)
     card = ModelCard.load(results / "mteb/README.md")  # the Hub's form of evaluation results
     (scored,) = card.data.eval_results
     assert (scored.dataset_name, scored.metric_type) == ("MTEB STSBenchmarkTest", "cosine_spearman")

@@ -314,6 +314,7 @@ def test_refine_then_evaluate_with_and_without_refinement(
     assert result.returncode == 0, result.stderr[-3000:]
     assert sorted(p.name for p in (tmp_path / "predictions").iterdir()) == [
         "chinese.npz",
+        "mteb.npz",  # eval.mteb lists no task: an empty archive
         "own.npz",  # eval.own lists no set: an empty archive
         "sts.npz",
     ]

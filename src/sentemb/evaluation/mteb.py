@@ -14,7 +14,9 @@ similarity, the metric. The metrics file holds each task's main score x 100 unde
 (MTEB's mean over the task's splits and subsets) and every score MTEB reports, x 100, under
 `<task>/<metric>` (averaged the same way); `scored_by` names each task's main score. MTEB's own
 result files (`results/<model>/<revision>/<task>.json`) are the suite's `files`, which the
-evaluate stage writes as a DVC output, so MTEB's tooling reads them as they are.
+evaluate stage writes as a DVC output, so MTEB's tooling reads them as they are. An STS task
+of one split and subset keeps its pairs' predicted (MTEB's cosines) and gold scores, which
+`compare` bootstraps over.
 
 A task class of yours is a subclass of one of MTEB's `AbsTask*` whose `load_data` reads files
 under `data/own/` (a DVC dependency of the scoring stages): keep its module there too, so a
@@ -44,7 +46,7 @@ from sentemb.evaluation.base import (
     Evaluator,
     SentenceEncoder,
 )
-from sentemb.evaluation.mteb_bridge import SentenceModel, model_card, task_metrics
+from sentemb.evaluation.mteb_bridge import SentenceModel, model_card, sts_pairs, task_metrics
 from sentemb.registry import register_suite
 
 if TYPE_CHECKING:
@@ -178,7 +180,7 @@ class MTEBEvaluator(Evaluator):
     """MTEB's score of each task of `eval.mteb` (module docstring); none asked, none scored."""
 
     languages = (ENGLISH,)
-    pairs = False
+    pairs = True  # an STS task's pairs (`sts_pairs`): compare's bootstrap over them
     title = "MTEB (main score x 100)"
     columns = ()
 
@@ -243,10 +245,11 @@ class MTEBEvaluator(Evaluator):
 
     def score(self, encoders: Mapping[str, SentenceEncoder]) -> dict[str, Any]:
         self.prepare()
-        self.files = {}
+        self.files, self.pairs = {}, {}
         if not self.tasks:
             return {}
         import mteb  # its import takes seconds: only where a task is asked
+
         encoder, tasks = encoders[ENGLISH], self.tasks
         if is_tfidf(encoder):
             kept = [t for t in tasks if t.metadata.type in TFIDF_TYPES]
@@ -259,19 +262,23 @@ class MTEBEvaluator(Evaluator):
             tasks = kept
         model = SentenceModel(encoder, self.variant, self.batch_size)
         with tempfile.TemporaryDirectory() as folder:
+            cache, predicted = Path(folder) / "cache", Path(folder) / "predictions"
             results = mteb.evaluate(
                 model,
                 tasks,
-                cache=mteb.ResultCache(folder),
+                cache=mteb.ResultCache(cache),
                 overwrite_strategy="always",
                 encode_kwargs={"batch_size": self.batch_size},
+                prediction_folder=predicted,
                 show_progress_bar=False,
             )
             self.files = {
-                path.relative_to(folder).as_posix(): path.read_bytes()
-                for path in sorted(Path(folder).rglob("*"))
+                path.relative_to(cache).as_posix(): path.read_bytes()
+                for path in sorted(cache.rglob("*"))
                 if path.is_file()
             }
+            found = {task.metadata.name: sts_pairs(task, predicted) for task in tasks}
+        self.pairs = {name: pairs for name, pairs in found.items() if pairs is not None}
         if self.variant == PLAIN and results.task_results:
             self.files["README.md"] = model_card(encoder, tasks, results)
         metrics: dict[str, Any] = {}

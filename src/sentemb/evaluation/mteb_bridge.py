@@ -5,6 +5,7 @@ read back (`task_metrics`, `model_card`). Imports MTEB only where called.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -159,3 +160,22 @@ def model_card(encoder: SentenceEncoder, tasks: Sequence[AbsTask], results: Any)
         for entry in entries
     ]
     return str(card).encode("utf-8")
+
+
+def sts_pairs(task: AbsTask, predictions: Path) -> tuple[np.ndarray, np.ndarray] | None:
+    """An STS task's predicted cosine and gold score of every test pair, from MTEB's
+    predictions file in the folder `predictions` and the task's data, for the paired bootstrap
+    over pairs; None for another kind of task, one of several splits or subsets (its score is
+    a mean of Spearmans, which a bootstrap over pooled pairs does not resample), or files that
+    do not line up."""
+    meta = task.metadata
+    if meta.type != "STS" or meta.main_score != "cosine_spearman":
+        return None
+    if len(task.eval_splits) != 1 or len(task.hf_subsets) != 1:
+        return None
+    split, subset = task.eval_splits[0], task.hf_subsets[0]
+    found = json.loads((predictions / f"{meta.name}_predictions.json").read_text())
+    predicted = np.asarray(found.get(subset, {}).get(split, {}).get("cosine_scores", []), float)
+    data = task.dataset.get(subset, task.dataset)
+    gold = np.asarray(data[split]["score"], dtype=float)
+    return (predicted, gold) if predicted.size and predicted.shape == gold.shape else None
