@@ -15,7 +15,8 @@ from sentemb.config import ConfigError, section
 from sentemb.data.download import DataUnavailable
 from sentemb.evaluate import evaluate_model
 from sentemb.evaluation.base import SCORED_BY, CachedEncoder, spearman
-from sentemb.evaluation.mteb import MTEBConfig, MTEBEvaluator, resolve_tasks
+from sentemb.evaluation.mteb import MTEBConfig, MTEBEvaluator, is_tfidf, resolve_tasks
+from sentemb.evaluation.mteb_bridge import sts_pairs
 from sentemb.evaluation.own import OwnConfig, OwnEvaluator
 from sentemb.tfidf import TfidfEncoder
 
@@ -224,6 +225,17 @@ def test_tfidf_rows_are_scored_on_sts_tasks_and_listed_as_skipped_elsewhere(repo
         "Papers": "a Retrieval task: TF-IDF rows are scored on ['STS', 'PairClassification'] "
         "tasks only"
     }
+
+
+def test_tfidf_rows_are_told_by_class_wrapped_or_not() -> None:
+    tfidf = TfidfEncoder(corpus=["a girl is styling her hair", "a man plays a guitar"])
+    assert is_tfidf(tfidf) and is_tfidf(CachedEncoder(tfidf))
+    assert not is_tfidf(HashEncoder()) and not is_tfidf(CachedEncoder(HashEncoder()))
+
+
+def test_an_sts_task_without_its_predictions_file_has_no_pairs(repo: Path) -> None:
+    (task,) = resolve_tasks(config(tasks=[EXAMPLE]), repo)
+    assert sts_pairs(task, repo / "no-predictions") is None
 
 
 def test_no_task_asked_scores_none_and_loads_nothing() -> None:

@@ -48,6 +48,7 @@ from sentemb.evaluation.base import (
 )
 from sentemb.evaluation.mteb_bridge import SentenceModel, model_card, sts_pairs, task_metrics
 from sentemb.registry import register_suite
+from sentemb.tfidf import TfidfEncoder
 
 if TYPE_CHECKING:
     from mteb.abstasks import AbsTask
@@ -171,8 +172,7 @@ def resolve_tasks(config: MTEBConfig, repo: Path = Path()) -> list[AbsTask]:
 
 def is_tfidf(encoder: SentenceEncoder) -> bool:
     """Whether `encoder` (or the encoder a `CachedEncoder` wraps) gives TF-IDF rows."""
-    inner = getattr(encoder, "encoder", encoder)
-    return type(inner).__name__ == "TfidfEncoder"
+    return isinstance(getattr(encoder, "encoder", encoder), TfidfEncoder)
 
 
 @register_suite("mteb", config=MTEBConfig, order=5)

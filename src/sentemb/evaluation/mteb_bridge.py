@@ -166,15 +166,18 @@ def sts_pairs(task: AbsTask, predictions: Path) -> tuple[np.ndarray, np.ndarray]
     """An STS task's predicted cosine and gold score of every test pair, from MTEB's
     predictions file in the folder `predictions` and the task's data, for the paired bootstrap
     over pairs; None for another kind of task, one of several splits or subsets (its score is
-    a mean of Spearmans, which a bootstrap over pooled pairs does not resample), or files that
-    do not line up."""
+    a mean of Spearmans, which a bootstrap over pooled pairs does not resample), or a
+    predictions file that is missing or does not line up."""
     meta = task.metadata
     if meta.type != "STS" or meta.main_score != "cosine_spearman":
         return None
     if len(task.eval_splits) != 1 or len(task.hf_subsets) != 1:
         return None
     split, subset = task.eval_splits[0], task.hf_subsets[0]
-    found = json.loads((predictions / f"{meta.name}_predictions.json").read_text())
+    file = predictions / f"{meta.name}_predictions.json"
+    if not file.is_file():
+        return None
+    found = json.loads(file.read_text())
     predicted = np.asarray(found.get(subset, {}).get(split, {}).get("cosine_scores", []), float)
     data = task.dataset.get(subset, task.dataset)
     gold = np.asarray(data[split]["score"], dtype=float)

@@ -116,7 +116,13 @@ def how_to_get(name: str, repo: Path) -> str:
 
 def read_json(read: Reader, path: str) -> Any:
     """A JSON file through `read`; one error naming it when it is not JSON."""
+    return parse_json(read(path), path)
+
+
+def parse_json(data: bytes, where: str) -> Any:
+    """The JSON document `data` (read at `where`); one error naming `where` when it is not
+    UTF-8 JSON."""
     try:
-        return json.loads(read(path).decode("utf-8"))
-    except ValueError as err:
-        raise UserError(f"{path}: not valid JSON ({err}); it was damaged") from err
+        return json.loads(data.decode("utf-8"))
+    except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
+        raise UserError(f"{where}: not valid JSON ({err}); it was damaged") from err

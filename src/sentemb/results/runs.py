@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import math
 import zipfile
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ import numpy as np
 from sentemb.config import ConfigError, UserError, params_from, parse_yaml, run_plan, section
 from sentemb.evaluation.base import ITEMS
 from sentemb.registry import REFINEMENTS, SUITES
-from sentemb.results.readers import MissingResults, Reader, lock_stages, read_json
+from sentemb.results.readers import MissingResults, Reader, lock_stages, parse_json, read_json
 
 RUNS, PREDICTIONS, CURVES = "metrics/runs", "predictions", "plots/runs"
 REFERENCE_DIR, TFIDF_DIR = "metrics/reference", "metrics/tfidf"
@@ -345,10 +344,7 @@ def committed_scores(
     with another run's dvc.lock. That is not checked where dvc.lock is missing or records no
     `summary`."""
     data = read(SCORES)
-    try:
-        records = score_records(json.loads(data.decode("utf-8")), where)
-    except ValueError as err:  # not UTF-8 or not JSON
-        raise UserError(f"{where}: not valid JSON ({err}); it was damaged") from None
+    records = score_records(parse_json(data, where), where)
     try:
         stages = lock_stages(read("dvc.lock")) if current else {}
     except MissingResults:
